@@ -1,0 +1,37 @@
+"""distprompt: recover the prompt distribution of tokenized training data and build a small,
+representative benchmark prompt suite with provenance.
+
+Example:
+    >>> from distprompt import build_suite  # doctest: +SKIP
+    >>> suite = build_suite("prepared/", tokenizer="path/to/tokenizer", per_source=50)  # doctest: +SKIP
+    >>> suite.save("out/")  # doctest: +SKIP
+"""
+
+from distprompt._version import __version__
+from distprompt.errors import (
+    ConfigError,
+    DataError,
+    DistpromptError,
+    InputError,
+    OutputError,
+    TemplateError,
+    TokenizerError,
+)
+from distprompt.pipeline import build_suite
+from distprompt.records import Provenance, SuiteItem
+from distprompt.suite import Suite
+
+__all__ = [
+    "ConfigError",
+    "DataError",
+    "DistpromptError",
+    "InputError",
+    "OutputError",
+    "Provenance",
+    "Suite",
+    "SuiteItem",
+    "TemplateError",
+    "TokenizerError",
+    "__version__",
+    "build_suite",
+]

@@ -1,0 +1,5 @@
+import sys
+
+from distprompt.cli import main
+
+sys.exit(main())

@@ -1,0 +1,58 @@
+"""Clusters in the joint feature space: k-means medoids, and assignment to representatives."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["assign", "kmeans_medoids", "sq_distances"]
+
+
+def sq_distances(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Squared Euclidean distances between the rows of ``x`` and ``y``."""
+    d = (x * x).sum(1)[:, None] + (y * y).sum(1)[None, :] - 2.0 * (x @ y.T)
+    return np.maximum(d, 0.0)
+
+
+def assign(x: np.ndarray, centers: Sequence[int], *, chunk: int = 4096) -> np.ndarray:
+    """Index (into ``centers``) of the nearest selected row for every row of ``x``.
+
+    Ties go to the earlier center, so the result is deterministic.
+    """
+    c = x[np.asarray(centers, dtype=np.int64)]
+    out = np.empty(x.shape[0], dtype=np.int64)
+    for s in range(0, x.shape[0], chunk):
+        out[s : s + chunk] = np.argmin(sq_distances(x[s : s + chunk], c), axis=1)
+    # A representative stands for itself even when another one coincides with it.
+    out[np.asarray(centers, dtype=np.int64)] = np.arange(len(centers))
+    return out
+
+
+def kmeans_medoids(x: np.ndarray, k: int, *, seed: int = 0) -> list[int]:
+    """k-means in ``x``, then the member nearest each centroid (its medoid), largest cluster first.
+
+    Kept as a comparison method: medoids are "typical" prompts, so they cover modes but skew the
+    length distribution (see docs/concepts.md).
+    """
+    from sklearn.cluster import KMeans
+
+    n = x.shape[0]
+    if k >= n:
+        return list(range(n))
+    km = KMeans(n_clusters=k, n_init=3, random_state=seed).fit(x)
+    labels = km.labels_
+    chosen: list[tuple[int, int]] = []
+    for c in range(k):
+        members = np.flatnonzero(labels == c)
+        if members.size == 0:
+            continue
+        d = sq_distances(x[members], km.cluster_centers_[c : c + 1])[:, 0]
+        chosen.append((-members.size, int(members[np.argmin(d)])))
+    chosen.sort()
+    picked = [i for _, i in chosen]
+    if len(picked) < k:  # empty clusters: fill with the farthest remaining points
+        rest = [i for i in range(n) if i not in set(picked)]
+        d = sq_distances(x[rest], x[picked]).min(1)
+        picked += [rest[i] for i in np.argsort(-d, kind="stable")[: k - len(picked)]]
+    return picked

@@ -1,0 +1,163 @@
+"""Tokenizer loading, identity, prompt-span detokenization and the vocabulary check.
+
+Nothing here assumes a template or a vocabulary: what is needed is read off the tokenizer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from distprompt.errors import TokenizerError
+
+__all__ = ["TokenizerInfo", "decode", "load_tokenizer"]
+
+logger = logging.getLogger("distprompt.decode")
+
+
+@dataclass(frozen=True, slots=True)
+class TokenizerInfo:
+    """Identity of the tokenizer a suite was decoded with (goes into the manifest).
+
+    Attributes:
+        name: What the user passed: a path or a hub id.
+        kind: ``folder``, ``file`` or ``hub``.
+        sha256: sha256 of ``tokenizer.json`` when there is one, else None.
+        vocab_size: Number of ids the tokenizer can decode (added tokens included).
+        has_chat_template: Whether a chat template was found.
+    """
+
+    name: str
+    kind: str
+    sha256: str | None
+    vocab_size: int
+    has_chat_template: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "sha256": self.sha256,
+            "vocab_size": self.vocab_size,
+            "has_chat_template": self.has_chat_template,
+        }
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def load_tokenizer(spec: str | os.PathLike[str] | Any) -> tuple[Any, TokenizerInfo]:
+    """Load a tokenizer from a local folder, a ``tokenizer.json`` file or a hub id.
+
+    A hub id is only fetched when the environment allows it (``HF_HUB_OFFLINE`` unset and a
+    network); a locally cached copy is used otherwise. An already loaded ``transformers``
+    tokenizer is accepted as is.
+
+    Returns:
+        The ``transformers`` tokenizer and its :class:`TokenizerInfo`.
+
+    Raises:
+        TokenizerError: Nothing loadable at ``spec``.
+
+    Example:
+        >>> tok, info = load_tokenizer("path/to/tokenizer_folder")  # doctest: +SKIP
+        >>> info.vocab_size  # doctest: +SKIP
+        151669
+    """
+    if not isinstance(spec, (str, os.PathLike)):
+        if not hasattr(spec, "decode") or not hasattr(spec, "convert_ids_to_tokens"):
+            raise TokenizerError(
+                f"expected a tokenizer path, hub id or transformers tokenizer, found "
+                f"{type(spec).__name__}"
+            )
+        name = str(getattr(spec, "name_or_path", "") or type(spec).__name__)
+        tj = Path(name) / "tokenizer.json" if name else None
+        sha = _sha256(tj) if tj is not None and tj.is_file() else None
+        return spec, TokenizerInfo(
+            name=name,
+            kind="object",
+            sha256=sha,
+            vocab_size=len(spec),
+            has_chat_template=bool(getattr(spec, "chat_template", None)),
+        )
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    path = Path(spec)
+    name = str(spec)
+    try:
+        if path.is_dir():
+            if not any(
+                (path / f).is_file()
+                for f in (
+                    "tokenizer.json",
+                    "tokenizer_config.json",
+                    "tokenizer.model",
+                    "vocab.json",
+                )
+            ):
+                raise TokenizerError(
+                    f"{path}: expected a tokenizer folder (tokenizer.json or "
+                    "tokenizer_config.json), found none; pass the folder that holds them"
+                )
+            tok = AutoTokenizer.from_pretrained(str(path))
+            kind = "folder"
+            tj = path / "tokenizer.json"
+        elif path.is_file():
+            if (path.parent / "tokenizer_config.json").is_file():
+                # The config beside it carries the chat template and special tokens.
+                tok = AutoTokenizer.from_pretrained(str(path.parent))
+            else:
+                tok = PreTrainedTokenizerFast(tokenizer_file=str(path))
+            kind = "file"
+            tj = path
+        elif path.is_absolute() or name.startswith((".", "~")) or os.sep + os.sep in name:
+            raise TokenizerError(
+                f"{name}: expected a tokenizer folder or tokenizer.json, found nothing at that "
+                "path; check --tokenizer"
+            )
+        else:
+            tok = AutoTokenizer.from_pretrained(name)
+            kind = "hub"
+            tj = None
+    except TokenizerError:
+        raise
+    except Exception as exc:  # transformers raises many types (OSError, ValueError, ...)
+        raise TokenizerError(
+            f"{name}: expected a loadable tokenizer, found {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}; pass a local tokenizer folder or "
+            "tokenizer.json (hub ids need network or a cached copy)"
+        ) from exc
+    sha = _sha256(tj) if tj is not None and tj.is_file() else None
+    info = TokenizerInfo(
+        name=name,
+        kind=kind,
+        sha256=sha,
+        vocab_size=len(tok),
+        has_chat_template=bool(getattr(tok, "chat_template", None)),
+    )
+    logger.info(
+        "tokenizer %s: %d ids, chat template: %s", name, info.vocab_size, info.has_chat_template
+    )
+    return tok, info
+
+
+def decode(tokenizer: Any, ids: Sequence[int], *, keep_special: bool = True) -> str:
+    """Detokenize ``ids`` exactly as written: special tokens kept, no space clean-up."""
+    return str(
+        tokenizer.decode(
+            [int(i) for i in ids],
+            skip_special_tokens=not keep_special,
+            clean_up_tokenization_spaces=False,
+        )
+    )

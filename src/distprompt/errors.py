@@ -1,0 +1,70 @@
+"""The exception tree. Every error distprompt raises on purpose is a :class:`DistpromptError`.
+
+Each subclass also inherits the builtin a caller would naturally catch, so ``except ValueError``
+keeps working::
+
+    DistpromptError
+    ├── ConfigError(ValueError)            invalid options, caught before any shard is read
+    ├── InputError(OSError)                DATA missing, no shard matches, unreadable/corrupt file
+    ├── DataError(ValueError)              a row breaks the schema: carries shard, line, reason
+    ├── TokenizerError(ValueError)         tokenizer missing, not a tokenizer, or not the data's
+    │   └── TemplateError                  no usable chat template
+    └── OutputError(OSError)               OUT exists and is not empty, not writable, disk full
+
+Messages follow one shape: ``shard:line: expected …, found …; what to do``. The CLI is the only
+place an exception becomes an exit code (2 for a :class:`DistpromptError`).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "DataError",
+    "DistpromptError",
+    "InputError",
+    "OutputError",
+    "TemplateError",
+    "TokenizerError",
+]
+
+
+class DistpromptError(Exception):
+    """Base class of every error distprompt raises on purpose."""
+
+
+class ConfigError(DistpromptError, ValueError):
+    """An option is invalid; raised before any shard is read."""
+
+
+class InputError(DistpromptError, OSError):
+    """The corpus cannot be found or read: no shard matches, a file is unreadable or corrupt."""
+
+
+class DataError(DistpromptError, ValueError):
+    """A row does not follow the schema.
+
+    Attributes:
+        shard: Shard path relative to DATA, with ``/``.
+        line: 1-based line number (0 when the problem is not tied to a line).
+        reason: A short machine-readable reason, the key skipped rows are counted under.
+    """
+
+    def __init__(self, shard: str, line: int, reason: str, detail: str) -> None:
+        self.shard = shard
+        self.line = line
+        self.reason = reason
+        self.detail = detail
+        where = f"{shard}:{line}" if line else shard
+        super().__init__(f"{where}: {detail}")
+
+
+class TokenizerError(DistpromptError, ValueError):
+    """The tokenizer cannot be loaded or does not match the data."""
+
+
+class TemplateError(TokenizerError):
+    """The tokenizer has no chat template distprompt can learn from."""
+
+
+class OutputError(DistpromptError, OSError):
+    """The output folder cannot be written as asked."""

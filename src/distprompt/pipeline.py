@@ -1,0 +1,371 @@
+"""The only module that wires the stages together: shards → pass → quotas → select → items."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import platform
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from distprompt._version import __version__
+from distprompt.config import Config
+from distprompt.decode import TokenizerInfo, decode, load_tokenizer
+from distprompt.errors import TokenizerError
+from distprompt.records import Candidate, SuiteItem
+from distprompt.sample import Partial, scan
+from distprompt.select import select
+from distprompt.shards import Shard, discover_shards
+from distprompt.stratify import Quota, allocate
+from distprompt.suite import Suite
+from distprompt.vectorize import vectorize
+
+__all__ = ["build_suite", "item_id"]
+
+logger = logging.getLogger("distprompt.pipeline")
+
+#: Out-of-vocabulary rows above this share mean the tokenizer is not the data's, even when skipping.
+OOV_MISMATCH_SHARE = 0.01
+
+
+def item_id(source: str, prompt_ids: Sequence[int] | np.ndarray) -> str:
+    """Stable item id: a hash of the source and the prompt ids (independent of the seed)."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(source.encode("utf-8") + b"\x00")
+    h.update(np.ascontiguousarray(prompt_ids, dtype="<i8").tobytes())
+    return f"{_slug(source)}-{h.hexdigest()}"
+
+
+def _slug(s: str) -> str:
+    out = "".join(c if c.isalnum() or c in "-_" else "_" for c in s)
+    return out[:40] or "source"
+
+
+def build_suite(
+    data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    tokenizer: Any,
+    per_source: int | None = 50,
+    total: int | None = None,
+    allocation: str = "proportional",
+    min_per_source: int = 0,
+    max_candidates: int = 20000,
+    seed: int = 0,
+    on_error: str = "raise",
+    method: str = "herding",
+    max_output_tokens: int | None = None,
+    near_duplicate: float = 0.9,
+    workers: int = 1,
+    recover_turns: bool = True,
+    progress: bool = False,
+    warn: Callable[[str], None] | None = None,
+) -> Suite:
+    """Build a representative, provenance-stamped prompt suite from tokenized shards.
+
+    Args:
+        data: A directory (searched recursively), a glob, a shard file, or a list of those.
+        tokenizer: Local tokenizer folder, ``tokenizer.json``, hub id, or a loaded tokenizer.
+        per_source: Items from every source. Ignored (set to None) when ``total`` is given.
+        total: Total items, split between sources by ``allocation``.
+        allocation: ``proportional`` (to rows), ``sqrt`` or ``equal``; with ``total``.
+        min_per_source: Floor per source; with ``total``.
+        max_candidates: Unique prompts kept per source for selection (bounds memory).
+        seed: Seeds every random choice; same input and seed give byte-identical output.
+        on_error: ``raise`` at the first bad row, or ``skip`` bad rows and count them by reason.
+        method: ``herding`` (default), ``kmedoids`` or ``random``.
+        max_output_tokens: Cap on each item's ``max_tokens``.
+        near_duplicate: TF-IDF cosine at which two prompts count as near-duplicates.
+        workers: Processes reading shards in parallel (does not change the result).
+        recover_turns: Recover chat ``messages`` and check fidelity (needs a chat template).
+        progress: Show progress bars on stderr.
+        warn: Called with each warning as it arises (the CLI prints them).
+
+    Returns:
+        The :class:`Suite`.
+
+    Raises:
+        ConfigError: Invalid options (before any shard is read).
+        InputError: DATA has no readable shard.
+        DataError: A bad row, when ``on_error="raise"``.
+        TokenizerError: The tokenizer cannot be loaded or does not match the data.
+
+    Example:
+        >>> from distprompt import build_suite
+        >>> suite = build_suite("data_samples/prepared", tokenizer="tok/", per_source=5)  # doctest: +SKIP
+        >>> suite.save("out")  # doctest: +SKIP
+    """
+    if total is not None:
+        per_source = None
+    config = Config(
+        per_source=per_source,
+        total=total,
+        allocation=allocation,
+        min_per_source=min_per_source,
+        max_candidates=max_candidates,
+        seed=seed,
+        on_error=on_error,
+        method=method,
+        max_output_tokens=max_output_tokens,
+        near_duplicate=near_duplicate,
+        workers=workers,
+        recover_turns=recover_turns,
+    )
+    warnings: list[str] = []
+
+    def _warn(msg: str) -> None:
+        warnings.append(msg)
+        logger.warning("%s", msg)
+        if warn is not None:
+            warn(msg)
+
+    tok, tinfo = load_tokenizer(tokenizer)
+    shards = discover_shards(data)
+    skip = config.on_error == "skip"
+    part = scan(
+        shards,
+        max_candidates=config.max_candidates,
+        seed=config.seed,
+        skip_bad_rows=skip,
+        vocab_size=tinfo.vocab_size,
+        tokenizer_name=tinfo.name,
+        workers=config.workers,
+        progress=progress,
+    )
+    _check_vocab(part, tinfo)
+    if part.skipped:
+        total_skipped = sum(part.skipped.values())
+        detail = ", ".join(
+            f"{r}: {n} (first at {part.first_skip.get(r, '?')})"
+            for r, n in sorted(part.skipped.items())
+        )
+        _warn(f"skipped {total_skipped} bad rows — {detail}")
+    if not part.stats:
+        _warn("no valid rows: the suite is empty")
+
+    rows = {s: st.rows for s, st in part.stats.items()}
+    available = {s: len(part.pools[s]) for s in part.stats}
+    quotas = allocate(
+        rows,
+        available,
+        per_source=config.per_source,
+        total=config.total,
+        allocation=config.allocation,
+        min_per_source=config.min_per_source,
+    )
+    for q in quotas.values():
+        if q.shortfall > 0:
+            _warn(
+                f"source {q.source!r}: quota {q.target} but only {q.granted} unique prompts; "
+                f"it gives all it has ({q.shortfall} short)"
+            )
+
+    profile = None
+    if config.recover_turns:
+        profile = _learn_profile(tok, tinfo, _warn)
+
+    items: list[SuiteItem] = []
+    selected_counts: dict[str, int] = {}
+    for source in sorted(part.stats):
+        cands = part.pools[source].candidates()
+        chosen = _select_source(cands, quotas[source], config)
+        selected_counts[source] = len(chosen)
+        for cluster, (cand, size, weight) in enumerate(chosen):
+            items.append(
+                _make_item(
+                    cand,
+                    cluster=cluster,
+                    size=size,
+                    weight=weight,
+                    tokenizer=tok,
+                    profile=profile,
+                    config=config,
+                )
+            )
+
+    manifest = _manifest(
+        config, tinfo, shards, part, quotas, selected_counts, items, warnings, data=data
+    )
+    return Suite(items, manifest)
+
+
+def _check_vocab(part: Partial, tinfo: TokenizerInfo) -> None:
+    bad = part.skipped.get("id_out_of_vocab", 0)
+    kept = sum(st.rows for st in part.stats.values())
+    if bad and bad > OOV_MISMATCH_SHARE * (bad + kept):
+        raise TokenizerError(
+            f"{part.first_skip.get('id_out_of_vocab', '?')}: expected token ids below "
+            f"{tinfo.vocab_size} (the vocabulary of tokenizer {tinfo.name!r}), found {bad} of "
+            f"{bad + kept} rows with larger ids; the data was made with another tokenizer — "
+            "pass the matching --tokenizer"
+        )
+
+
+def _learn_profile(tok: Any, tinfo: TokenizerInfo, warn: Callable[[str], None]) -> Any:
+    if not tinfo.has_chat_template:
+        warn(f"tokenizer {tinfo.name!r} has no chat template: messages are not recovered")
+        return None
+    from distprompt.errors import TemplateError
+    from distprompt.turns import learn_template
+
+    try:
+        return learn_template(tok)
+    except TemplateError as exc:
+        warn(f"chat template not usable for turn recovery: {exc}")
+        return None
+
+
+def _select_source(
+    cands: list[Candidate], quota: Quota, config: Config
+) -> list[tuple[Candidate, int, float]]:
+    k = quota.granted
+    if k <= 0 or not cands:
+        return []
+    if k >= len(cands):
+        n = len(cands)
+        return [(c, 1, 1.0 / n) for c in cands]
+    feats = vectorize(
+        [c.prompt_ids for c in cands],
+        dims=config.lsa_dims,
+        length_weight=config.length_weight,
+        seed=config.seed,
+    )
+    sel = select(
+        feats, k, method=config.method, seed=config.seed, near_duplicate=config.near_duplicate
+    )
+    return [(cands[i], sel.sizes[j], sel.weights[j]) for j, i in enumerate(sel.indices)]
+
+
+def _make_item(
+    cand: Candidate,
+    *,
+    cluster: int,
+    size: int,
+    weight: float,
+    tokenizer: Any,
+    profile: Any,
+    config: Config,
+) -> SuiteItem:
+    prompt_ids = [int(i) for i in cand.prompt_ids]
+    max_tokens = max(1, int(cand.response_ids.shape[0]))
+    if config.max_output_tokens is not None:
+        max_tokens = min(max_tokens, config.max_output_tokens)
+    messages = tools = None
+    fidelity = reason = None
+    if profile is not None:
+        from distprompt.turns import recover_turns
+
+        rec = recover_turns(
+            prompt_ids,
+            tokenizer=tokenizer,
+            profile=profile,
+            loss_mask=[int(m) for m in cand.prompt_mask],
+        )
+        messages, tools, fidelity, reason = rec.messages, rec.tools, rec.fidelity, rec.reason
+    return SuiteItem(
+        id=item_id(cand.source, cand.prompt_ids),
+        source=cand.source,
+        prompt=decode(tokenizer, prompt_ids),
+        n_prompt_tokens=cand.n_prompt_tokens,
+        n_response_tokens=cand.n_response_tokens,
+        max_tokens=max_tokens,
+        cluster=cluster,
+        cluster_size=size,
+        weight=round(weight, 12),
+        provenance=cand.provenance,
+        prompt_ids=tuple(prompt_ids),
+        response=decode(tokenizer, cand.response_ids, keep_special=False),
+        duplicates=cand.count,
+        messages=messages,
+        tools=tools,
+        fidelity=fidelity,
+        fidelity_reason=reason,
+    )
+
+
+def _quantiles(counter: Any) -> dict[str, int]:
+    if not counter:
+        return {}
+    vals = np.array(sorted(counter), dtype=np.int64)
+    cum = np.cumsum([counter[v] for v in vals])
+    n = int(cum[-1])
+
+    def q(p: float) -> int:
+        return int(vals[np.searchsorted(cum, max(1, int(np.ceil(p * n))))])
+
+    return {"min": int(vals[0]), "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": int(vals[-1])}
+
+
+def _manifest(
+    config: Config,
+    tinfo: TokenizerInfo,
+    shards: Sequence[Shard],
+    part: Partial,
+    quotas: dict[str, Quota],
+    selected: dict[str, int],
+    items: Sequence[SuiteItem],
+    warnings: list[str],
+    *,
+    data: Any,
+) -> dict[str, Any]:
+    import sklearn
+    import tokenizers
+    import transformers
+
+    fp = hashlib.sha256()
+    for s in shards:
+        fp.update(f"{s.name}\x00{s.size}\n".encode())
+    sources: dict[str, Any] = {}
+    for src in sorted(part.stats):
+        st = part.stats[src]
+        unique, exact = part.pools[src].distinct()
+        fid: dict[str, int] = {}
+        for it in items:
+            if it.source == src and it.fidelity is not None:
+                fid[it.fidelity] = fid.get(it.fidelity, 0) + 1
+        sources[src] = {
+            "rows": st.rows,
+            "unique_prompts": unique,
+            "unique_exact": exact,
+            "duplicate_rows": max(0, st.rows - unique),
+            "candidates": len(part.pools[src]),
+            "target": quotas[src].target,
+            "selected": selected.get(src, 0),
+            "prompt_tokens": _quantiles(st.prompt_lengths),
+            "response_tokens": _quantiles(st.response_lengths),
+            "fidelity": dict(sorted(fid.items())),
+        }
+    data_spec = [str(d) for d in data] if isinstance(data, (list, tuple)) else str(data)
+    cfg = config.to_dict()
+    cfg.pop("workers")  # how the pass ran, not what it computed
+    return {
+        "distprompt_version": __version__,
+        "versions": {
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "scikit-learn": sklearn.__version__,
+            "tokenizers": tokenizers.__version__,
+            "transformers": transformers.__version__,
+        },
+        "config": cfg,
+        "data": data_spec,
+        "tokenizer": tinfo.to_dict(),
+        "corpus": {
+            "fingerprint": fp.hexdigest(),
+            "shards": [
+                {"name": s.name, "bytes": s.size, "rows": part.shard_rows.get(s.name, 0)}
+                for s in shards
+            ],
+        },
+        "counts": {
+            "rows": sum(st.rows for st in part.stats.values()),
+            "items": len(items),
+            "skipped": dict(sorted(part.skipped.items())),
+            "first_skipped": dict(sorted(part.first_skip.items())),
+            "anomalies": dict(sorted(part.anomalies.items())),
+        },
+        "sources": sources,
+        "warnings": list(warnings),
+    }

@@ -1,0 +1,162 @@
+"""Typed records passed between pipeline stages. Dicts appear only at the JSON edges."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Candidate", "Provenance", "Row", "SuiteItem"]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Provenance:
+    """Where a row lives: enough to seek straight back to it.
+
+    Attributes:
+        shard: Path of the shard relative to DATA, with ``/`` separators.
+        line: 1-based line number.
+        offset: Byte offset of the line start in the (uncompressed) stream.
+    """
+
+    shard: str
+    line: int
+    offset: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"shard": self.shard, "line": self.line, "offset": self.offset}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Provenance:
+        return cls(shard=str(d["shard"]), line=int(d["line"]), offset=int(d["offset"]))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Row:
+    """One validated training row, stamped with its provenance by the reader."""
+
+    source: str
+    input_ids: np.ndarray  # int64, 1-D
+    loss_mask: np.ndarray  # int8, 1-D, values 0/1
+    seq_len: int
+    n_prompt_tokens: int
+    n_response_tokens: int
+    provenance: Provenance
+
+    @property
+    def prompt_ids(self) -> np.ndarray:
+        return self.input_ids[: self.n_prompt_tokens]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Candidate:
+    """A unique prompt kept in a source's candidate pool.
+
+    ``key`` is a 64-bit hash of the prompt ids: the pool is a bottom-k sample on it, so the pool
+    does not depend on shard order and exact duplicates collapse onto one candidate.
+    """
+
+    key: int
+    source: str
+    prompt_ids: np.ndarray  # int32
+    prompt_mask: np.ndarray  # int8: loss_mask over the prompt span (earlier trained turns)
+    response_ids: np.ndarray  # int32: the first assistant span after the prompt
+    n_response_tokens: int
+    provenance: Provenance  # of the first occurrence in (shard, line) order
+    count: int = 1  # rows carrying this exact prompt
+
+    @property
+    def n_prompt_tokens(self) -> int:
+        return int(self.prompt_ids.shape[0])
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteItem:
+    """One benchmark prompt of a suite; one line of ``suite.jsonl``.
+
+    Attributes:
+        id: Stable id derived from the source and the prompt ids.
+        source: Source name of the training rows.
+        prompt: Decoded prompt span, special tokens kept.
+        n_prompt_tokens: Prompt length in tokens, as recorded.
+        n_response_tokens: Response length in tokens, as recorded (``seq_len - n_prompt``).
+        max_tokens: Output length to ask for: the first assistant span after the prompt,
+            capped by ``max_output_tokens`` when set.
+        cluster: Index of the item's cluster within its source.
+        cluster_size: Number of the source's candidates the item stands for.
+        weight: Share of the source's candidates the item stands for; sums to 1 per source.
+        provenance: Where the row lives in the corpus.
+        prompt_ids: The exact prompt token ids.
+        response: Decoded recorded first response (special tokens skipped).
+        duplicates: How many rows of the corpus carry exactly this prompt.
+        messages: Recovered chat turns (OpenAI style), when turn recovery ran.
+        tools: Tool definitions the prompt carries, if any.
+        fidelity: ``tokens`` | ``text`` | ``lossy`` (see :mod:`distprompt.turns`).
+        fidelity_reason: Why fidelity is not ``tokens``.
+    """
+
+    id: str
+    source: str
+    prompt: str
+    n_prompt_tokens: int
+    n_response_tokens: int
+    max_tokens: int
+    cluster: int
+    cluster_size: int
+    weight: float
+    provenance: Provenance
+    prompt_ids: tuple[int, ...] = field(repr=False)
+    response: str = field(default="", repr=False)
+    duplicates: int = 1
+    messages: tuple[dict[str, Any], ...] | None = field(default=None, repr=False)
+    tools: tuple[dict[str, Any], ...] | None = field(default=None, repr=False)
+    fidelity: str | None = None
+    fidelity_reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``suite.jsonl`` object (key order fixed, so output is byte-stable)."""
+        d: dict[str, Any] = {
+            "id": self.id,
+            "source": self.source,
+            "prompt": self.prompt,
+            "n_prompt_tokens": self.n_prompt_tokens,
+            "n_response_tokens": self.n_response_tokens,
+            "max_tokens": self.max_tokens,
+            "cluster": self.cluster,
+            "cluster_size": self.cluster_size,
+            "weight": self.weight,
+            "duplicates": self.duplicates,
+            "provenance": self.provenance.to_dict(),
+            "fidelity": self.fidelity,
+            "fidelity_reason": self.fidelity_reason,
+            "messages": list(self.messages) if self.messages is not None else None,
+            "tools": list(self.tools) if self.tools is not None else None,
+            "response": self.response,
+            "prompt_ids": list(self.prompt_ids),
+        }
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SuiteItem:
+        messages = d.get("messages")
+        tools = d.get("tools")
+        return cls(
+            id=str(d["id"]),
+            source=str(d["source"]),
+            prompt=str(d["prompt"]),
+            n_prompt_tokens=int(d["n_prompt_tokens"]),
+            n_response_tokens=int(d["n_response_tokens"]),
+            max_tokens=int(d["max_tokens"]),
+            cluster=int(d["cluster"]),
+            cluster_size=int(d["cluster_size"]),
+            weight=float(d["weight"]),
+            provenance=Provenance.from_dict(d["provenance"]),
+            prompt_ids=tuple(int(i) for i in d["prompt_ids"]),
+            response=str(d.get("response", "")),
+            duplicates=int(d.get("duplicates", 1)),
+            messages=tuple(messages) if messages is not None else None,
+            tools=tuple(tools) if tools is not None else None,
+            fidelity=d.get("fidelity"),
+            fidelity_reason=d.get("fidelity_reason"),
+        )

@@ -1,0 +1,348 @@
+"""One streaming pass: per-source statistics and a bottom-k pool of unique prompts.
+
+A shard's pass yields a :class:`Partial`; partials merge associatively and commutatively, so the
+result depends neither on shard order nor on how many workers read the shards. The candidate pool
+of a source is the ``k`` unique prompts with the smallest 64-bit keyed hash of their prompt ids —
+a uniform sample of the source's unique prompts in which exact duplicates collapse onto one
+candidate. Memory is bounded by ``k`` candidates per source and by the number of distinct lengths.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from distprompt.errors import DataError, TokenizerError
+from distprompt.records import Candidate, Row
+from distprompt.shards import Shard, iter_rows
+
+__all__ = ["BottomK", "Partial", "SourceStats", "prompt_key", "scan", "scan_shard"]
+
+logger = logging.getLogger("distprompt.sample")
+_TWO64 = float(2**64)
+
+
+def prompt_key(prompt_ids: np.ndarray, *, seed: int = 0) -> int:
+    """64-bit keyed hash of prompt ids; the seed selects a different uniform sample."""
+    h = hashlib.blake2b(
+        np.ascontiguousarray(prompt_ids, dtype="<i8").tobytes(),
+        digest_size=8,
+        key=seed.to_bytes(8, "little", signed=False),
+    )
+    return int.from_bytes(h.digest(), "little")
+
+
+def first_response_span(row: Row) -> tuple[int, int]:
+    """``(start, end)`` of the first assistant span after the prompt, from ``loss_mask``.
+
+    Without any trained token after the prompt, the whole response part is the span.
+    """
+    tail = row.loss_mask[row.n_prompt_tokens :]
+    ones = np.flatnonzero(tail)
+    if ones.size == 0:
+        return row.n_prompt_tokens, row.seq_len
+    start = int(ones[0])
+    zeros = np.flatnonzero(tail[start:] == 0)
+    end = start + (int(zeros[0]) if zeros.size else tail.shape[0] - start)
+    return row.n_prompt_tokens + start, row.n_prompt_tokens + end
+
+
+def _compact(ids: np.ndarray) -> np.ndarray:
+    return ids.astype(np.int32) if ids.size == 0 or int(ids.max()) < 2**31 else ids.copy()
+
+
+class BottomK:
+    """The ``k`` entries with the smallest keys, with multiplicities; mergeable.
+
+    ``saturated`` records whether some unique key was ever left out, which makes the distinct
+    count an estimate (k-minimum-values) rather than exact.
+    """
+
+    __slots__ = ("_entries", "_heap", "k", "saturated")
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self._entries: dict[int, Candidate] = {}
+        self._heap: list[int] = []  # negated keys: the root is the largest kept key
+        self.saturated = False
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def threshold(self) -> int | None:
+        """Largest kept key, or None while the pool is not full."""
+        return -self._heap[0] if len(self._entries) >= self.k and self._heap else None
+
+    def offer_key(self, key: int) -> bool:
+        """Whether an entry with ``key`` would be kept (cheap pre-check before building it)."""
+        if key in self._entries or len(self._entries) < self.k:
+            return True
+        return key < -self._heap[0]
+
+    def add(self, cand: Candidate) -> None:
+        old = self._entries.get(cand.key)
+        if old is not None:
+            prov = min(old.provenance, cand.provenance)
+            keep = old if prov == old.provenance else cand
+            self._entries[cand.key] = replace(keep, count=old.count + cand.count)
+            return
+        if len(self._entries) < self.k:
+            self._entries[cand.key] = cand
+            heapq.heappush(self._heap, -cand.key)
+            return
+        self.saturated = True
+        if cand.key < -self._heap[0]:
+            evicted = -heapq.heapreplace(self._heap, -cand.key)
+            del self._entries[evicted]
+            self._entries[cand.key] = cand
+
+    def reject(self) -> None:
+        """Record that a unique key was left out without building its entry."""
+        self.saturated = True
+
+    def merge(self, other: BottomK) -> BottomK:
+        for cand in other._entries.values():
+            self.add(cand)
+        self.saturated = self.saturated or other.saturated
+        return self
+
+    def candidates(self) -> list[Candidate]:
+        """Kept entries sorted by key (a deterministic, order-free order)."""
+        return [self._entries[k] for k in sorted(self._entries)]
+
+    def distinct(self) -> tuple[int, bool]:
+        """``(number of distinct keys seen, exact?)``; a KMV estimate once saturated."""
+        n = len(self._entries)
+        if not self.saturated or n < 2:
+            return n, True
+        kth = -self._heap[0]
+        return int(round((n - 1) * _TWO64 / (kth + 1))), False
+
+
+@dataclass(slots=True)
+class SourceStats:
+    """Per-source counters and length histograms (exact, mergeable)."""
+
+    rows: int = 0
+    duplicate_rows_in_pool: int = 0
+    prompt_tokens: int = 0
+    response_tokens: int = 0
+    prompt_lengths: Counter[int] = field(default_factory=Counter)
+    response_lengths: Counter[int] = field(default_factory=Counter)
+    seq_lengths: Counter[int] = field(default_factory=Counter)
+    trained_turns: Counter[int] = field(default_factory=Counter)
+
+    def merge(self, other: SourceStats) -> SourceStats:
+        self.rows += other.rows
+        self.prompt_tokens += other.prompt_tokens
+        self.response_tokens += other.response_tokens
+        self.prompt_lengths.update(other.prompt_lengths)
+        self.response_lengths.update(other.response_lengths)
+        self.seq_lengths.update(other.seq_lengths)
+        self.trained_turns.update(other.trained_turns)
+        return self
+
+
+@dataclass(slots=True)
+class Partial:
+    """What a pass over some shards knows; merge partials with :meth:`merge`."""
+
+    k: int
+    stats: dict[str, SourceStats] = field(default_factory=dict)
+    pools: dict[str, BottomK] = field(default_factory=dict)
+    skipped: Counter[str] = field(default_factory=Counter)
+    first_skip: dict[str, str] = field(default_factory=dict)
+    anomalies: Counter[str] = field(default_factory=Counter)
+    first_anomaly: dict[str, str] = field(default_factory=dict)
+    shard_rows: dict[str, int] = field(default_factory=dict)
+
+    def merge(self, other: Partial) -> Partial:
+        for src, st in other.stats.items():
+            self.stats.setdefault(src, SourceStats()).merge(st)
+        for src, pool in other.pools.items():
+            self.pools.setdefault(src, BottomK(self.k)).merge(pool)
+        self.skipped.update(other.skipped)
+        self.anomalies.update(other.anomalies)
+        for d, od in (
+            (self.first_skip, other.first_skip),
+            (self.first_anomaly, other.first_anomaly),
+        ):
+            for reason, where in od.items():
+                d[reason] = min(d.get(reason, where), where, key=_where_key)
+        self.shard_rows.update(other.shard_rows)
+        return self
+
+
+def _where_key(where: str) -> tuple[str, int]:
+    shard, _, line = where.rpartition(":")
+    return shard, int(line) if line.isdigit() else 0
+
+
+def scan_shard(
+    shard: Shard,
+    *,
+    max_candidates: int,
+    seed: int = 0,
+    skip_bad_rows: bool = False,
+    vocab_size: int | None = None,
+    tokenizer_name: str = "",
+    on_row: Callable[[int], None] | None = None,
+) -> Partial:
+    """Read one shard into a :class:`Partial`.
+
+    Args:
+        shard: The shard.
+        max_candidates: Pool size ``k`` per source.
+        seed: Selects the hash, hence which uniform sample the pool is.
+        skip_bad_rows: Count and skip bad rows instead of raising at the first one.
+        vocab_size: When given, ids ``>= vocab_size`` make the row bad (``id_out_of_vocab``).
+        tokenizer_name: Named in the out-of-vocabulary message.
+        on_row: Called with the row's line offset after each row (progress).
+
+    Raises:
+        DataError: A bad row, unless ``skip_bad_rows``.
+        TokenizerError: An id outside the vocabulary, unless ``skip_bad_rows``.
+    """
+    part = Partial(k=max_candidates)
+    skipped: dict[str, int] = {}
+    first: dict[str, str] = {}
+    n = 0
+    for row in iter_rows(shard, skipped=skipped if skip_bad_rows else None, first_skip=first):
+        if vocab_size is not None and row.input_ids.size:
+            top = int(row.input_ids.max())
+            if top >= vocab_size:
+                where = f"{row.provenance.shard}:{row.provenance.line}"
+                if not skip_bad_rows:
+                    raise TokenizerError(
+                        f"{where}: expected token ids below {vocab_size} (the vocabulary of "
+                        f"tokenizer {tokenizer_name!r}), found id {top}; the data was made with "
+                        "another tokenizer — pass the matching --tokenizer"
+                    )
+                skipped["id_out_of_vocab"] = skipped.get("id_out_of_vocab", 0) + 1
+                first.setdefault("id_out_of_vocab", where)
+                continue
+        _add_row(part, row, seed=seed)
+        n += 1
+        if on_row is not None:
+            on_row(row.provenance.offset)
+    part.skipped.update(skipped)
+    part.first_skip.update(first)
+    part.shard_rows[shard.name] = n
+    return part
+
+
+def _add_row(part: Partial, row: Row, *, seed: int) -> None:
+    st = part.stats.get(row.source)
+    if st is None:
+        st = part.stats[row.source] = SourceStats()
+        part.pools[row.source] = BottomK(part.k)
+    st.rows += 1
+    st.prompt_tokens += row.n_prompt_tokens
+    st.response_tokens += row.n_response_tokens
+    st.prompt_lengths[row.n_prompt_tokens] += 1
+    st.response_lengths[row.n_response_tokens] += 1
+    st.seq_lengths[row.seq_len] += 1
+    mask = row.loss_mask
+    st.trained_turns[int(np.count_nonzero(np.diff(mask, prepend=0) == 1))] += 1
+    if row.n_prompt_tokens + row.n_response_tokens != row.seq_len:
+        part.anomalies["length_sum_mismatch"] += 1
+        part.first_anomaly.setdefault(
+            "length_sum_mismatch", f"{row.provenance.shard}:{row.provenance.line}"
+        )
+    prompt = row.prompt_ids
+    key = prompt_key(prompt, seed=seed)
+    pool = part.pools[row.source]
+    if not pool.offer_key(key):
+        pool.reject()
+        return
+    start, end = first_response_span(row)
+    pool.add(
+        Candidate(
+            key=key,
+            source=row.source,
+            prompt_ids=_compact(prompt),
+            prompt_mask=mask[: row.n_prompt_tokens].copy(),
+            response_ids=_compact(row.input_ids[start:end]),
+            n_response_tokens=row.n_response_tokens,
+            provenance=row.provenance,
+        )
+    )
+
+
+def _scan_star(args: tuple[Shard, dict[str, Any]]) -> Partial | DataError | TokenizerError:
+    shard, kwargs = args
+    try:
+        return scan_shard(shard, **kwargs)
+    except (DataError, TokenizerError) as exc:
+        return exc
+
+
+def scan(
+    shards: Sequence[Shard],
+    *,
+    max_candidates: int,
+    seed: int = 0,
+    skip_bad_rows: bool = False,
+    vocab_size: int | None = None,
+    tokenizer_name: str = "",
+    workers: int = 1,
+    progress: bool = False,
+) -> Partial:
+    """One pass over all shards, in parallel processes when ``workers > 1``.
+
+    The first error in shard order is raised (or, skipping, every bad row is counted); the
+    merged result is the same for any worker count.
+    """
+    from tqdm.auto import tqdm
+
+    kwargs: dict[str, Any] = {
+        "max_candidates": max_candidates,
+        "seed": seed,
+        "skip_bad_rows": skip_bad_rows,
+        "vocab_size": vocab_size,
+        "tokenizer_name": tokenizer_name,
+    }
+    total = Partial(k=max_candidates)
+    bar = tqdm(
+        total=sum(s.size for s in shards),
+        unit="B",
+        unit_scale=True,
+        desc="reading",
+        disable=not progress,
+        leave=False,
+    )
+    results: Iterable[Partial | DataError | TokenizerError]
+    try:
+        if workers > 1 and len(shards) > 1:
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(max_workers=workers) as ex:
+                results = ex.map(_scan_star, [(s, kwargs) for s in shards])
+                for shard, res in zip(shards, results, strict=True):
+                    bar.update(shard.size)
+                    if isinstance(res, Exception):
+                        raise res
+                    total.merge(res)
+        else:
+            for shard in shards:
+                done = [0]
+                plain = shard.name.endswith(".jsonl")
+
+                def tick(offset: int, done: list[int] = done, plain: bool = plain) -> None:
+                    if plain and offset - done[0] >= 1 << 22:
+                        bar.update(offset - done[0])
+                        done[0] = offset
+
+                part = scan_shard(shard, on_row=tick if progress else None, **kwargs)
+                bar.update(shard.size - done[0])
+                total.merge(part)
+    finally:
+        bar.close()
+    return total

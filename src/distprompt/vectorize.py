@@ -1,0 +1,106 @@
+"""Features for selection, computed from token ids (no decoding needed).
+
+Each prompt becomes a bag of token unigrams and hashed bigrams, weighted by TF-IDF (sublinear
+tf), reduced by truncated SVD (LSA) and L2-normalized. Template markers and boilerplate that every
+prompt of a source shares get a low IDF, so what distinguishes prompts dominates. The joint
+selection space appends the z-scored log prompt length, scaled by ``length_weight``, because
+benchmark results depend on prompt length as much as on content.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Features", "vectorize"]
+
+_BIGRAM_BUCKETS = 1 << 20
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Features:
+    """Feature matrices for one source's candidates (rows aligned with the candidates).
+
+    Attributes:
+        tfidf: Sparse L2-normalized TF-IDF matrix (for near-duplicate checks).
+        content: Dense L2-normalized LSA vectors.
+        joint: ``content`` with the scaled z-scored log prompt length appended.
+        log_length: log of each prompt's token count.
+    """
+
+    tfidf: Any
+    content: np.ndarray
+    joint: np.ndarray
+    log_length: np.ndarray
+
+
+def _counts(docs: Sequence[np.ndarray], vocab_hint: int) -> Any:
+    from scipy import sparse
+
+    rows: list[np.ndarray] = []
+    cols: list[np.ndarray] = []
+    for i, ids in enumerate(docs):
+        a = np.asarray(ids, dtype=np.int64)
+        uni = a
+        if a.shape[0] > 1:
+            bi = vocab_hint + ((a[:-1] * 1_000_003 + a[1:]) % _BIGRAM_BUCKETS)
+            feats = np.concatenate([uni, bi])
+        else:
+            feats = uni
+        rows.append(np.full(feats.shape[0], i, dtype=np.int64))
+        cols.append(feats)
+    r = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+    c = np.concatenate(cols) if cols else np.zeros(0, dtype=np.int64)
+    # Compact the column space to the features that occur.
+    uniq, inv = np.unique(c, return_inverse=True)
+    m = sparse.csr_matrix(
+        (np.ones(r.shape[0], dtype=np.float64), (r, inv)), shape=(len(docs), max(1, uniq.size))
+    )
+    m.sum_duplicates()
+    return m
+
+
+def vectorize(
+    prompts: Sequence[np.ndarray],
+    *,
+    dims: int = 64,
+    length_weight: float = 1.0,
+    seed: int = 0,
+) -> Features:
+    """TF-IDF/LSA features of token-id sequences, plus the joint selection space.
+
+    Args:
+        prompts: Prompt token ids, one array per candidate.
+        dims: LSA dimensions (capped by what the data supports).
+        length_weight: Scale of the z-scored log length in the joint space.
+        seed: Seeds the randomized SVD.
+
+    Example:
+        >>> import numpy as np
+        >>> f = vectorize([np.array([1, 2, 3]), np.array([1, 2, 4, 5]), np.array([7, 8])])
+        >>> f.joint.shape[0]
+        3
+    """
+    from sklearn.decomposition import TruncatedSVD
+    from sklearn.feature_extraction.text import TfidfTransformer
+    from sklearn.preprocessing import normalize
+
+    n = len(prompts)
+    vocab_hint = int(max((int(p.max()) for p in prompts if len(p)), default=0)) + 1
+    counts = _counts(prompts, vocab_hint)
+    tfidf = TfidfTransformer(sublinear_tf=True).fit_transform(counts)
+    k = min(dims, n - 1, tfidf.shape[1] - 1)
+    if k >= 1:
+        svd = TruncatedSVD(n_components=k, random_state=seed, algorithm="randomized", n_iter=5)
+        content = svd.fit_transform(tfidf)
+    else:
+        content = np.zeros((n, 1))
+    content = normalize(content)
+    log_len = np.log(np.array([max(1, len(p)) for p in prompts], dtype=np.float64))
+    sd = float(log_len.std())
+    z = (log_len - log_len.mean()) / sd if sd > 0 else np.zeros_like(log_len)
+    joint = np.hstack([content, (length_weight * z)[:, None]])
+    return Features(tfidf=tfidf, content=content, joint=joint, log_length=log_len)

