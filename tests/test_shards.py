@@ -1,0 +1,117 @@
+"""Discovery, streaming, validation and provenance of shards."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+from factories import chat_rows, write_shard
+
+from distprompt.errors import DataError, InputError
+from distprompt.shards import discover_shards, iter_rows, open_shard
+
+
+@pytest.fixture(scope="module")
+def rows(qwen_tokenizer):  # type: ignore[no-untyped-def]
+    return chat_rows(qwen_tokenizer, "chat", 12)
+
+
+def test_discover_directory_sorted_recursive(tmp_path: Path, rows) -> None:  # type: ignore[no-untyped-def]
+    write_shard(tmp_path / "b" / "x.jsonl", rows[:2])
+    write_shard(tmp_path / "a" / "deep" / "y.jsonl.gz", rows[:2])
+    write_shard(tmp_path / "c.jsonl.zst", rows[:2])
+    (tmp_path / "notes.txt").write_text("not a shard")
+    names = [s.name for s in discover_shards(tmp_path)]
+    assert names == ["a/deep/y.jsonl.gz", "b/x.jsonl", "c.jsonl.zst"]
+
+
+def test_discover_glob_and_files(tmp_path: Path, rows) -> None:  # type: ignore[no-untyped-def]
+    a = write_shard(tmp_path / "p" / "A1_x" / "tokenized_data.jsonl", rows[:1])
+    b = write_shard(tmp_path / "p" / "B1_y" / "tokenized_data.jsonl", rows[:1])
+    by_glob = [s.name for s in discover_shards(str(tmp_path / "p" / "*" / "*.jsonl"))]
+    assert by_glob == ["A1_x/tokenized_data.jsonl", "B1_y/tokenized_data.jsonl"]
+    by_files = [s.name for s in discover_shards([str(b), str(a)])]
+    assert by_files == by_glob
+    assert [s.name for s in discover_shards(str(a))] == ["tokenized_data.jsonl"]
+
+
+def test_discover_nothing(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="found none"):
+        discover_shards(tmp_path)
+    with pytest.raises(InputError, match="found nothing"):
+        discover_shards(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".jsonl.zst"])
+def test_provenance_reads_back(tmp_path: Path, rows, suffix: str) -> None:  # type: ignore[no-untyped-def]
+    path = write_shard(tmp_path / f"s{suffix}", rows)
+    (shard,) = discover_shards(tmp_path)
+    got = list(iter_rows(shard))
+    assert len(got) == len(rows)
+    for row, want in zip(got, rows, strict=True):
+        # Seek to the offset in the uncompressed stream: that line, those prompt ids.
+        with open_shard(path) as fh:
+            data = fh.read()
+        line = data[row.provenance.offset :].split(b"\n", 1)[0]
+        assert data.count(b"\n", 0, row.provenance.offset) + 1 == row.provenance.line
+        obj = orjson.loads(line)
+        assert obj["input_ids"][: obj["n_prompt_tokens"]] == row.prompt_ids.tolist()
+        assert obj == want
+
+
+def test_plain_offset_seek(tmp_path: Path, rows) -> None:  # type: ignore[no-untyped-def]
+    path = write_shard(tmp_path / "s.jsonl", rows)
+    (shard,) = discover_shards(path)
+    for row in iter_rows(shard):
+        with open(path, "rb") as fh:
+            fh.seek(row.provenance.offset)
+            obj = json.loads(fh.readline())
+        assert obj["input_ids"] == row.input_ids.tolist()
+
+
+def _shard_with(tmp_path: Path, rows, bad: bytes):  # type: ignore[no-untyped-def]
+    p = tmp_path / "bad.jsonl"
+    p.write_bytes(
+        b"".join(orjson.dumps(r) + b"\n" for r in rows[:2]) + bad + b"\n"
+        + orjson.dumps(rows[2]) + b"\n"
+    )
+    return discover_shards(p)[0]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "reason"),
+    [
+        (lambda r: r.pop("source"), "missing_source"),
+        (lambda r: r.update(seq_len=r["seq_len"] + 1), "seq_len_mismatch"),
+        (lambda r: r.update(n_prompt_tokens=0), "bad_n_prompt_tokens"),
+        (lambda r: r.update(loss_mask=r["loss_mask"][:-1]), "loss_mask_length"),
+        (lambda r: r.update(input_ids=[str(i) for i in r["input_ids"]]), "bad_input_ids"),
+        (lambda r: r.update(source=""), "bad_source"),
+    ],
+)
+def test_bad_row_raises_or_skips(tmp_path: Path, rows, mutate, reason: str) -> None:  # type: ignore[no-untyped-def]
+    r = json.loads(json.dumps(rows[5]))
+    mutate(r)
+    shard = _shard_with(tmp_path, rows, orjson.dumps(r))
+    with pytest.raises(DataError) as ei:
+        list(iter_rows(shard))
+    assert ei.value.reason == reason
+    assert str(ei.value).startswith("bad.jsonl:3: expected")
+    skipped: dict[str, int] = {}
+    first: dict[str, str] = {}
+    kept = list(iter_rows(shard, skipped=skipped, first_skip=first))
+    assert len(kept) == 3
+    assert skipped == {reason: 1}
+    assert first == {reason: "bad.jsonl:3"}
+
+
+def test_gzip_stream_is_not_loaded_whole(tmp_path: Path, rows) -> None:  # type: ignore[no-untyped-def]
+    p = tmp_path / "s.jsonl.gz"
+    p.write_bytes(gzip.compress(b"".join(orjson.dumps(r) + b"\n" for r in rows)))
+    (shard,) = discover_shards(p)
+    it = iter_rows(shard)
+    first = next(it)
+    assert first.provenance.line == 1 and first.provenance.offset == 0
