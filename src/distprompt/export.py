@@ -253,6 +253,10 @@ def _openai_row(item: SuiteItem, *, ignore_eos: bool) -> dict[str, Any]:
     row: dict[str, Any] = {"messages": _wire_messages(item), "max_tokens": _out_len(item)}
     if item.tools:
         row["tools"] = list(item.tools)
+    if item.chat_template_kwargs:
+        # The switches the prompt was rendered with (e.g. enable_thinking=False): SGLang and
+        # vLLM chat endpoints pass them to the template, so the server renders the same ids.
+        row["chat_template_kwargs"] = dict(item.chat_template_kwargs)
     row["ignore_eos"] = ignore_eos
     return row
 

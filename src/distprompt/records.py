@@ -94,6 +94,8 @@ class SuiteItem:
         tools: Tool definitions the prompt carries, if any.
         fidelity: ``tokens`` | ``text`` | ``lossy`` (see :mod:`distprompt.turns`).
         fidelity_reason: Why fidelity is not ``tokens``.
+        chat_template_kwargs: Template switches the prompt was rendered with (e.g.
+            ``{"enable_thinking": false}``), for clients that pass them to the server.
     """
 
     id: str
@@ -113,6 +115,7 @@ class SuiteItem:
     tools: tuple[dict[str, Any], ...] | None = field(default=None, repr=False)
     fidelity: str | None = None
     fidelity_reason: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``suite.jsonl`` object (key order fixed, so output is byte-stable)."""
@@ -132,6 +135,7 @@ class SuiteItem:
             "fidelity_reason": self.fidelity_reason,
             "messages": list(self.messages) if self.messages is not None else None,
             "tools": list(self.tools) if self.tools is not None else None,
+            "chat_template_kwargs": self.chat_template_kwargs,
             "response": self.response,
             "prompt_ids": list(self.prompt_ids),
         }
@@ -159,4 +163,5 @@ class SuiteItem:
             tools=tuple(tools) if tools is not None else None,
             fidelity=d.get("fidelity"),
             fidelity_reason=d.get("fidelity_reason"),
+            chat_template_kwargs=d.get("chat_template_kwargs"),
         )
