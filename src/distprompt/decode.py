@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from distprompt.errors import TokenizerError
 
 __all__ = ["TokenizerInfo", "decode", "load_tokenizer"]
@@ -152,7 +154,7 @@ def load_tokenizer(spec: str | os.PathLike[str] | Any) -> tuple[Any, TokenizerIn
     return tok, info
 
 
-def decode(tokenizer: Any, ids: Sequence[int], *, keep_special: bool = True) -> str:
+def decode(tokenizer: Any, ids: Sequence[int] | np.ndarray, *, keep_special: bool = True) -> str:
     """Detokenize ``ids`` exactly as written: special tokens kept, no space clean-up."""
     return str(
         tokenizer.decode(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -66,7 +67,7 @@ def herding(
     k: int,
     *,
     seed: int = 0,
-    tfidf: object | None = None,
+    tfidf: Any | None = None,
     near_duplicate: float = 0.9,
 ) -> list[int]:
     """Greedy kernel herding: ``k`` rows of ``x`` whose empirical distribution is closest in MMD.
@@ -107,7 +108,7 @@ def herding(
         taken[i] = True
         repulse += np.exp(-gamma * sq_distances(x, x[i : i + 1])[:, 0])
         if tfidf is not None:
-            sim = (tfidf @ tfidf[i].T).toarray().ravel()  # type: ignore[attr-defined]
+            sim = (tfidf @ tfidf[i].T).toarray().ravel()
             near |= sim >= near_duplicate
     return picked
 
