@@ -13,8 +13,8 @@ def test_all_is_complete_and_importable() -> None:
     public = {n for n in dir(distprompt) if not n.startswith("_")} - {
         # submodules are reachable as attributes once imported; they are not the API
         "cli", "cluster", "config", "decode", "errors", "export", "pipeline", "records",
-        "sample", "select", "shards", "stratify", "suite", "turns", "vectorize", "corpus",
-        "report",
+        "sample", "select", "shards", "stratify", "suite", "template", "turns", "vectorize",
+        "corpus", "report",
     }
     assert public <= set(distprompt.__all__)
     for name in distprompt.__all__:
