@@ -8,6 +8,7 @@ Example:
 """
 
 from distprompt._version import __version__
+from distprompt.corpus import CorpusInfo, inspect_corpus
 from distprompt.errors import (
     ConfigError,
     DataError,
@@ -19,19 +20,24 @@ from distprompt.errors import (
 )
 from distprompt.pipeline import build_suite
 from distprompt.records import Provenance, SuiteItem
+from distprompt.report import Report, render_report
 from distprompt.suite import Suite
 
 __all__ = [
     "ConfigError",
+    "CorpusInfo",
     "DataError",
     "DistpromptError",
     "InputError",
     "OutputError",
     "Provenance",
+    "Report",
     "Suite",
     "SuiteItem",
     "TemplateError",
     "TokenizerError",
     "__version__",
     "build_suite",
+    "inspect_corpus",
+    "render_report",
 ]

@@ -1,4 +1,10 @@
-"""Atomic writes: an interrupted run never leaves a file that looks complete."""
+"""Atomic writes: an interrupted run never leaves a file that looks complete.
+
+Each file is written to a hidden temp file beside its target, flushed to disk, then renamed onto
+the target; any failure (a full disk, Ctrl-C, SIGTERM) removes the temp file and surfaces as an
+:class:`~distprompt.errors.OutputError` (or the interruption itself). Files get the permissions of
+an ordinary ``open()`` (``0o666`` minus the umask), not the private mode of a temp file.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +15,20 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
-from distprompt.errors import OutputError
+from distprompt.errors import DistpromptError, OutputError
 
-__all__ = ["atomic_open", "atomic_write_bytes", "atomic_write_lines"]
+__all__ = ["atomic_open", "atomic_write_bytes", "atomic_write_lines", "umask"]
+
+_UMASK: list[int] = []
+
+
+def umask() -> int:
+    """The process umask (read once: reading it means setting it, briefly)."""
+    if not _UMASK:
+        current = os.umask(0o022)
+        os.umask(current)
+        _UMASK.append(current)
+    return _UMASK[0]
 
 
 @contextlib.contextmanager
@@ -32,6 +49,7 @@ def atomic_open(path: Path) -> Iterator[IO[bytes]]:
         ) from exc
     try:
         with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fd, 0o666 & ~umask())  # mkstemp makes it private (0600)
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
@@ -39,7 +57,7 @@ def atomic_open(path: Path) -> Iterator[IO[bytes]]:
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        if isinstance(exc, OSError) and not isinstance(exc, OutputError):
+        if isinstance(exc, OSError) and not isinstance(exc, DistpromptError):
             raise OutputError(
                 f"{path}: could not write ({exc.strerror or exc}); "
                 "check free disk space and permissions, then run again"

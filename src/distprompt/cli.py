@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+import threading
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -128,7 +129,7 @@ def export(
     """Build a representative prompt suite from tokenized shards and write it to OUT."""
     from distprompt.export import FORMATS
     from distprompt.pipeline import build_suite
-    from distprompt.suite import prepare_out_dir
+    from distprompt.suite import check_out_dir
 
     fmts = FORMATS if formats is None else tuple(f.strip() for f in formats.split(",") if f.strip())
     unknown = [f for f in fmts if f not in FORMATS]
@@ -136,10 +137,8 @@ def export(
         from distprompt.errors import ConfigError
 
         raise ConfigError(f"expected --formats from {', '.join(FORMATS)}, found {unknown[0]!r}")
-    # Refuse an occupied OUT before reading gigabytes.
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        with prepare_out_dir(out, overwrite=False):
-            pass
+    # Refuse an occupied or unusable OUT before reading gigabytes.
+    check_out_dir(out, overwrite=overwrite)
     suite = build_suite(
         data if len(data) > 1 else data[0],
         tokenizer=tokenizer,
@@ -159,6 +158,8 @@ def export(
     )
     suite.save(out, formats=fmts, overwrite=overwrite)
     typer.echo(_summary(suite.manifest), err=True)
+    if suite.report is not None:
+        typer.echo(suite.report.summary, err=True)
     typer.echo(f"wrote {len(suite)} items to {out}", err=True)
 
 
@@ -196,16 +197,129 @@ def _summary(manifest: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _on_sigterm(signum: int, frame: Any) -> NoReturn:
-    # Unwind like Ctrl-C so temp files and partial folders are removed.
-    raise KeyboardInterrupt
+@app.command("inspect")
+def inspect_cmd(
+    data: Annotated[
+        list[str],
+        typer.Argument(
+            help="Directory (searched recursively), glob, or shard files "
+            "(.jsonl, .jsonl.gz, .jsonl.zst)."
+        ),
+    ],
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            "--tokenizer",
+            "-t",
+            help="Check the data against this tokenizer (vocabulary, chat-template markers, "
+            "decode/encode round trip); exit 2 when it evidently does not match.",
+        ),
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object instead of the table.")
+    ] = False,
+    workers: Annotated[int, typer.Option(help="Processes reading shards in parallel.", min=1)] = 1,
+) -> None:
+    """Show what is in a corpus, from one streaming pass: sources, shares, lengths, anomalies."""
+    from distprompt.corpus import inspect_corpus
+
+    info = inspect_corpus(
+        data if len(data) > 1 else data[0],
+        tokenizer=tokenizer,
+        workers=workers,
+        progress=sys.stderr.isatty(),
+    )
+    if json_out:
+        import orjson
+
+        typer.echo(orjson.dumps(info.to_dict(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        typer.echo(info.table())
+    info.raise_for_mismatch()
+
+
+@app.command("report")
+def report_cmd(
+    out: Annotated[
+        Path, typer.Argument(help="Output folder of an export (it holds report.json).")
+    ],
+) -> None:
+    """Re-render report.md, the PNG plots and report.html from OUT/report.json."""
+    from distprompt.report import render_report
+
+    typer.echo(render_report(out).summary)
+
+
+class _Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM, raised in the main thread so every ``finally`` cleans up."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _on_signal(signum: int, frame: Any) -> NoReturn:
+    # A second signal must not cut the clean-up short (temp folders would be left behind).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _state["signal"] = signum  # typer swallows KeyboardInterrupt into an exit code of 130
+    raise _Interrupted(signum)
+
+
+class _StderrWarnings(logging.Handler):
+    """Prints the library's warnings as ``warning: …`` lines while the CLI runs.
+
+    Warnings of ``distprompt.pipeline`` already reach stderr through ``build_suite(warn=...)``, and
+    with ``-v`` the root handler prints everything, so those are not printed twice.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if _state["verbose"] or record.name == "distprompt.pipeline":
+            return
+        try:
+            typer.echo(f"warning: {record.getMessage()}", err=True)
+        except Exception:  # never let a warning turn into an error
+            self.handleError(record)
+
+
+def _interrupted(exc: BaseException | None) -> int:
+    signum = getattr(exc, "signum", None) or _state.get("signal") or signal.SIGINT
+    name = "terminated" if signum == signal.SIGTERM else "interrupted"
+    typer.echo(f"{name}: stopped; no output folder was finished, temp files were removed", err=True)
+    return 128 + int(signum)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``distprompt`` and ``python -m distprompt``; returns the exit code."""
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    """Entry point of ``distprompt`` and ``python -m distprompt``; returns the exit code.
+
+    Exit codes: 0 success, 2 a :class:`DistpromptError` (bad input, options, tokenizer or
+    output; one ``error:`` line on stderr, the traceback only with ``-v``), 1 an internal error,
+    130/143 interrupted by SIGINT/SIGTERM (after removing temp files; nothing that looks finished
+    is left behind).
+    """
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            handlers[sig] = signal.signal(sig, _on_signal)
+    log = logging.getLogger("distprompt")
+    stderr_warnings = _StderrWarnings()
+    log.addHandler(stderr_warnings)
     try:
-        app(args=argv, standalone_mode=False)
+        return _main(argv)
+    finally:
+        log.removeHandler(stderr_warnings)
+        for sig, old in handlers.items():
+            signal.signal(sig, old)
+
+
+def _main(argv: list[str] | None) -> int:
+    _state["verbose"] = False  # set again by the root callback when -v is given
+    _state["signal"] = None
+    try:
+        rv = app(args=argv, standalone_mode=False)
     except DistpromptError as exc:
         if _state["verbose"]:
             import traceback
@@ -213,20 +327,35 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         typer.echo(f"error: {exc}", err=True)
         return EXIT_DATA
-    except KeyboardInterrupt:
-        typer.echo("interrupted: nothing was written", err=True)
-        return 130
+    except KeyboardInterrupt as exc:
+        return _interrupted(exc)
     except typer.Exit as exc:
         return int(exc.exit_code or 0)
     except typer.Abort:
-        return 1
+        return _interrupted(None) if _state["signal"] is not None else 1
     except Exception as exc:  # click usage errors and the like
         # typer vendors click: usage errors are ClickException subclasses with show()/exit_code.
         show = getattr(exc, "show", None)
         if callable(show) and isinstance(getattr(exc, "exit_code", None), int):
             show()
             return int(exc.exit_code)  # type: ignore[attr-defined]
-        raise
+        # A bug, not bad input: one line, the traceback with -v.
+        if _state["verbose"]:
+            import traceback
+
+            traceback.print_exc()
+        typer.echo(
+            f"error: internal error ({type(exc).__name__}: {exc}); this is a bug in distprompt — "
+            "run again with -v for the traceback and report it",
+            err=True,
+        )
+        return 1
+    if _state["signal"] is not None:
+        return _interrupted(None)
+    # Without standalone mode, typer returns the code of a typer.Exit raised by a command (130
+    # for a KeyboardInterrupt it caught) instead of raising it.
+    if isinstance(rv, int) and not isinstance(rv, bool):
+        return _interrupted(None) if rv == 130 else rv
     return 0
 
 

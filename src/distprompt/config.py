@@ -27,7 +27,8 @@ class Config:
     on_error: str = "raise"
     method: str = "herding"
     max_output_tokens: int | None = None
-    near_duplicate: float = 0.9
+    # 0.9 also caught prompts that only share a long system prompt (docs/concepts.md)
+    near_duplicate: float = 0.95
     lsa_dims: int = 64
     length_weight: float = 1.0
     workers: int = 1

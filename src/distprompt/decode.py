@@ -95,8 +95,13 @@ def load_tokenizer(spec: str | os.PathLike[str] | Any) -> tuple[Any, TokenizerIn
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    path = Path(spec)
     name = str(spec)
+    if not name.strip():
+        raise TokenizerError(
+            "expected a tokenizer folder, tokenizer.json or hub id, found an empty string; "
+            "pass --tokenizer"
+        )
+    path = Path(spec).expanduser()  # "--tokenizer=~/tok" reaches us unexpanded
     try:
         if path.is_dir():
             if not any(
@@ -129,16 +134,26 @@ def load_tokenizer(spec: str | os.PathLike[str] | Any) -> tuple[Any, TokenizerIn
                 "path; check --tokenizer"
             )
         else:
-            tok = AutoTokenizer.from_pretrained(name)
+            try:
+                tok = AutoTokenizer.from_pretrained(name)
+            except OSError as exc:
+                raise TokenizerError(
+                    f"{name}: expected a tokenizer folder, tokenizer.json or hub id, found no "
+                    "such path here and no hub tokenizer of that name (offline, not cached, or "
+                    "not on the hub); check --tokenizer"
+                ) from exc
             kind = "hub"
             tj = None
     except TokenizerError:
         raise
-    except Exception as exc:  # transformers raises many types (OSError, ValueError, ...)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # transformers raises many types; tokenizers can even panic
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        found = f"{type(exc).__name__}: {first[:200]}" if first else type(exc).__name__
         raise TokenizerError(
-            f"{name}: expected a loadable tokenizer, found {type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''}; pass a local tokenizer folder or "
-            "tokenizer.json (hub ids need network or a cached copy)"
+            f"{name}: expected a loadable tokenizer, found {found}; pass a local tokenizer "
+            "folder or tokenizer.json (hub ids need network or a cached copy)"
         ) from exc
     sha = _sha256(tj) if tj is not None and tj.is_file() else None
     info = TokenizerInfo(

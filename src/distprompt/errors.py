@@ -57,6 +57,10 @@ class DataError(DistpromptError, ValueError):
         where = f"{shard}:{line}" if line else shard
         super().__init__(f"{where}: {detail}")
 
+    def __reduce__(self) -> tuple[type[DataError], tuple[str, int, str, str]]:
+        # Rebuilt from its fields when it crosses a process boundary (parallel shard reading).
+        return (type(self), (self.shard, self.line, self.reason, self.detail))
+
 
 class TokenizerError(DistpromptError, ValueError):
     """The tokenizer cannot be loaded or does not match the data."""

@@ -14,9 +14,10 @@ import numpy as np
 from distprompt._version import __version__
 from distprompt.config import Config
 from distprompt.decode import TokenizerInfo, decode, load_tokenizer
-from distprompt.errors import TokenizerError
+from distprompt.errors import InputError, TokenizerError
 from distprompt.records import Candidate, SuiteItem
-from distprompt.sample import Partial, scan
+from distprompt.report import SourceEvidence, build_report, measure_source
+from distprompt.sample import Partial, SourceStats, scan
 from distprompt.select import select
 from distprompt.shards import Shard, discover_shards
 from distprompt.stratify import Quota, allocate
@@ -57,7 +58,7 @@ def build_suite(
     on_error: str = "raise",
     method: str = "herding",
     max_output_tokens: int | None = None,
-    near_duplicate: float = 0.9,
+    near_duplicate: float = 0.95,
     workers: int = 1,
     recover_turns: bool = True,
     progress: bool = False,
@@ -122,7 +123,7 @@ def build_suite(
             warn(msg)
 
     tok, tinfo = load_tokenizer(tokenizer)
-    shards = discover_shards(data)
+    shards = discover_shards(data, warn=_warn)
     skip = config.on_error == "skip"
     part = scan(
         shards,
@@ -143,7 +144,12 @@ def build_suite(
         )
         _warn(f"skipped {total_skipped} bad rows — {detail}")
     if not part.stats:
-        _warn("no valid rows: the suite is empty")
+        # An empty suite would look like a finished export; refuse before anything is written.
+        why = f"{sum(part.skipped.values())} bad rows skipped" if part.skipped else "no rows"
+        raise InputError(
+            f"{data}: expected at least one valid row in {len(shards)} shard(s), found none "
+            f"({why}); check DATA and the bad-row counts"
+        )
 
     rows = {s: st.rows for s, st in part.stats.items()}
     available = {s: len(part.pools[s]) for s in part.stats}
@@ -168,9 +174,12 @@ def build_suite(
 
     items: list[SuiteItem] = []
     selected_counts: dict[str, int] = {}
+    evidence: dict[str, SourceEvidence | None] = {}
     for source in sorted(part.stats):
         cands = part.pools[source].candidates()
-        chosen = _select_source(cands, quotas[source], config)
+        chosen, evidence[source] = _select_source(
+            cands, quotas[source], config, part.stats[source]
+        )
         selected_counts[source] = len(chosen)
         for cluster, (cand, size, weight) in enumerate(chosen):
             items.append(
@@ -188,7 +197,14 @@ def build_suite(
     manifest = _manifest(
         config, tinfo, shards, part, quotas, selected_counts, items, warnings, data=data
     )
-    return Suite(items, manifest)
+    report = build_report(
+        evidence,
+        stats=part.stats,
+        quotas=quotas,
+        items=items,
+        meta={"method": config.method, "seed": config.seed},
+    )
+    return Suite(items, manifest, report=report)
 
 
 def _check_vocab(part: Partial, tinfo: TokenizerInfo) -> None:
@@ -218,14 +234,18 @@ def _learn_profile(tok: Any, tinfo: TokenizerInfo, warn: Callable[[str], None]) 
 
 
 def _select_source(
-    cands: list[Candidate], quota: Quota, config: Config
-) -> list[tuple[Candidate, int, float]]:
+    cands: list[Candidate], quota: Quota, config: Config, stats: SourceStats
+) -> tuple[list[tuple[Candidate, int, float]], SourceEvidence | None]:
+    """The source's representatives ``(candidate, cluster size, weight)`` and the report's
+    measurements of them (taken here, where pool, features and selection are at hand)."""
     k = quota.granted
     if k <= 0 or not cands:
-        return []
+        return [], None
     if k >= len(cands):
         n = len(cands)
-        return [(c, 1, 1.0 / n) for c in cands]
+        every = [(c, 1, 1.0 / n) for c in cands]
+        ev = measure_source(cands, range(n), [1.0 / n] * n, stats=stats, seed=config.seed)
+        return every, ev
     feats = vectorize(
         [c.prompt_ids for c in cands],
         dims=config.lsa_dims,
@@ -235,7 +255,18 @@ def _select_source(
     sel = select(
         feats, k, method=config.method, seed=config.seed, near_duplicate=config.near_duplicate
     )
-    return [(cands[i], sel.sizes[j], sel.weights[j]) for j, i in enumerate(sel.indices)]
+    chosen = [(cands[i], sel.sizes[j], sel.weights[j]) for j, i in enumerate(sel.indices)]
+    ev = measure_source(
+        cands,
+        sel.indices,
+        sel.weights,
+        stats=stats,
+        content=feats.content,
+        log_length=feats.log_length,
+        labels=sel.labels,
+        seed=config.seed,
+    )
+    return chosen, ev
 
 
 def _make_item(
@@ -254,6 +285,7 @@ def _make_item(
         max_tokens = min(max_tokens, config.max_output_tokens)
     messages = tools = None
     fidelity = reason = None
+    template_kwargs = None
     if profile is not None:
         from distprompt.turns import recover_turns
 
@@ -264,6 +296,7 @@ def _make_item(
             loss_mask=[int(m) for m in cand.prompt_mask],
         )
         messages, tools, fidelity, reason = rec.messages, rec.tools, rec.fidelity, rec.reason
+        template_kwargs = rec.chat_template_kwargs
     return SuiteItem(
         id=item_id(cand.source, cand.prompt_ids),
         source=cand.source,
@@ -282,6 +315,7 @@ def _make_item(
         tools=tools,
         fidelity=fidelity,
         fidelity_reason=reason,
+        chat_template_kwargs=template_kwargs,
     )
 
 

@@ -9,11 +9,13 @@ candidate. Memory is bounded by ``k`` candidates per source and by the number of
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import heapq
 import logging
+import signal
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -21,7 +23,7 @@ import numpy as np
 
 from distprompt.errors import DataError, TokenizerError
 from distprompt.records import Candidate, Row
-from distprompt.shards import Shard, iter_rows
+from distprompt.shards import DEFAULT_MAX_LINE_BYTES, Shard, iter_rows
 
 __all__ = ["BottomK", "Partial", "SourceStats", "prompt_key", "scan", "scan_shard"]
 
@@ -138,6 +140,7 @@ class SourceStats:
     response_lengths: Counter[int] = field(default_factory=Counter)
     seq_lengths: Counter[int] = field(default_factory=Counter)
     trained_turns: Counter[int] = field(default_factory=Counter)
+    flags: Counter[str] = field(default_factory=Counter)  # valid rows flagged, by reason
 
     def merge(self, other: SourceStats) -> SourceStats:
         self.rows += other.rows
@@ -147,6 +150,7 @@ class SourceStats:
         self.response_lengths.update(other.response_lengths)
         self.seq_lengths.update(other.seq_lengths)
         self.trained_turns.update(other.trained_turns)
+        self.flags.update(other.flags)
         return self
 
 
@@ -194,6 +198,8 @@ def scan_shard(
     vocab_size: int | None = None,
     tokenizer_name: str = "",
     on_row: Callable[[int], None] | None = None,
+    check: Callable[[Row], Iterable[str]] | None = None,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> Partial:
     """Read one shard into a :class:`Partial`.
 
@@ -205,16 +211,32 @@ def scan_shard(
         vocab_size: When given, ids ``>= vocab_size`` make the row bad (``id_out_of_vocab``).
         tokenizer_name: Named in the out-of-vocabulary message.
         on_row: Called with the row's line offset after each row (progress).
+        check: Called with each valid row; every reason it returns flags the row (counted in
+            ``anomalies`` with the first ``shard:line``, and per source in ``flags``). Must be
+            picklable when ``workers > 1``.
+        max_line_bytes: Longer lines are bad rows (``line_too_long``), never held in memory.
+
+    Blank lines are counted in ``anomalies`` (``blank_line``); when skipping, a truncated or
+    corrupt compressed stream ends the shard and is counted as ``corrupt_stream``.
 
     Raises:
         DataError: A bad row, unless ``skip_bad_rows``.
         TokenizerError: An id outside the vocabulary, unless ``skip_bad_rows``.
+        InputError: The shard cannot be read, or (unless ``skip_bad_rows``) its compressed
+            stream is truncated or corrupt.
     """
     part = Partial(k=max_candidates)
     skipped: dict[str, int] = {}
     first: dict[str, str] = {}
     n = 0
-    for row in iter_rows(shard, skipped=skipped if skip_bad_rows else None, first_skip=first):
+    for row in iter_rows(
+        shard,
+        skipped=skipped if skip_bad_rows else None,
+        first_skip=first,
+        anomalies=part.anomalies,
+        first_anomaly=part.first_anomaly,
+        max_line_bytes=max_line_bytes,
+    ):
         if vocab_size is not None and row.input_ids.size:
             top = int(row.input_ids.max())
             if top >= vocab_size:
@@ -229,6 +251,9 @@ def scan_shard(
                 first.setdefault("id_out_of_vocab", where)
                 continue
         _add_row(part, row, seed=seed)
+        if check is not None:
+            for reason in check(row):
+                _flag(part, row, reason)
         n += 1
         if on_row is not None:
             on_row(row.provenance.offset)
@@ -252,10 +277,7 @@ def _add_row(part: Partial, row: Row, *, seed: int) -> None:
     mask = row.loss_mask
     st.trained_turns[int(np.count_nonzero(np.diff(mask, prepend=0) == 1))] += 1
     if row.n_prompt_tokens + row.n_response_tokens != row.seq_len:
-        part.anomalies["length_sum_mismatch"] += 1
-        part.first_anomaly.setdefault(
-            "length_sum_mismatch", f"{row.provenance.shard}:{row.provenance.line}"
-        )
+        _flag(part, row, "length_sum_mismatch")
     prompt = row.prompt_ids
     key = prompt_key(prompt, seed=seed)
     pool = part.pools[row.source]
@@ -276,12 +298,37 @@ def _add_row(part: Partial, row: Row, *, seed: int) -> None:
     )
 
 
+def _flag(part: Partial, row: Row, reason: str) -> None:
+    part.anomalies[reason] += 1
+    part.first_anomaly.setdefault(reason, f"{row.provenance.shard}:{row.provenance.line}")
+    part.stats[row.source].flags[reason] += 1
+
+
 def _scan_star(args: tuple[Shard, dict[str, Any]]) -> Partial | DataError | TokenizerError:
     shard, kwargs = args
     try:
         return scan_shard(shard, **kwargs)
     except (DataError, TokenizerError) as exc:
         return exc
+
+
+def _ignore_sigint() -> None:
+    # Ctrl-C reaches the whole process group: only the parent handles it (and stops the workers),
+    # so workers do not each print a KeyboardInterrupt traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def _stop_workers_on_error(ex: Any) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        # shutdown() would wait for every running shard to finish; the result is not wanted.
+        ex.shutdown(wait=False, cancel_futures=True)
+        procs = getattr(ex, "_processes", None) or {}  # private, but the only handle
+        for proc in list(procs.values()):
+            proc.terminate()
+        raise
 
 
 def scan(
@@ -294,11 +341,14 @@ def scan(
     tokenizer_name: str = "",
     workers: int = 1,
     progress: bool = False,
+    check: Callable[[Row], Iterable[str]] | None = None,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> Partial:
     """One pass over all shards, in parallel processes when ``workers > 1``.
 
     The first error in shard order is raised (or, skipping, every bad row is counted); the
-    merged result is the same for any worker count.
+    merged result is the same for any worker count. On an error or an interruption the worker
+    processes are stopped at once rather than left to finish their shards.
     """
     from tqdm.auto import tqdm
 
@@ -308,6 +358,8 @@ def scan(
         "skip_bad_rows": skip_bad_rows,
         "vocab_size": vocab_size,
         "tokenizer_name": tokenizer_name,
+        "check": check,
+        "max_line_bytes": max_line_bytes,
     }
     total = Partial(k=max_candidates)
     bar = tqdm(
@@ -323,7 +375,10 @@ def scan(
         if workers > 1 and len(shards) > 1:
             from concurrent.futures import ProcessPoolExecutor
 
-            with ProcessPoolExecutor(max_workers=workers) as ex:
+            with (
+                ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint) as ex,
+                _stop_workers_on_error(ex),
+            ):
                 results = ex.map(_scan_star, [(s, kwargs) for s in shards])
                 for shard, res in zip(shards, results, strict=True):
                     bar.update(shard.size)

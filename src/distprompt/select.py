@@ -68,7 +68,7 @@ def herding(
     *,
     seed: int = 0,
     tfidf: Any | None = None,
-    near_duplicate: float = 0.9,
+    near_duplicate: float = 0.95,
 ) -> list[int]:
     """Greedy kernel herding: ``k`` rows of ``x`` whose empirical distribution is closest in MMD.
 
@@ -119,7 +119,7 @@ def select(
     *,
     method: str = "herding",
     seed: int = 0,
-    near_duplicate: float = 0.9,
+    near_duplicate: float = 0.95,
 ) -> Selection:
     """Choose ``k`` representatives and cluster every candidate around them.
 

@@ -4,16 +4,37 @@ Shards are listed in sorted order and read as byte streams (``.jsonl``, ``.jsonl
 ``.jsonl.zst``); memory does not depend on file size. Each line's provenance is the shard path
 relative to DATA (with ``/``), its 1-based line number and the byte offset of its start in the
 uncompressed stream, so ``open(shard).seek(offset)`` lands on it.
+
+Broken input is reported, never passed over in silence (see :mod:`distprompt.errors`):
+
+- A line that is not a valid row raises :class:`DataError` with ``shard:line``, or, when skipping,
+  is counted under its reason. Duplicate top-level keys of the schema are a bad row
+  (``duplicate_key``): JSON parsers silently keep the last value, which hides a broken writer.
+  Extra keys are allowed and ignored.
+- Blank lines (empty or whitespace only) carry no row: they are passed over and counted as the
+  anomaly ``blank_line``. Line endings (LF or CRLF) and a UTF-8 BOM at the start of a line (files
+  concatenated with ``cat`` keep one per file) are stripped.
+- A line longer than ``max_line_bytes`` (default :data:`DEFAULT_MAX_LINE_BYTES`) is refused
+  (``line_too_long``) without being held in memory: a missing newline can glue a whole shard into
+  one line.
+- A truncated or corrupt ``.gz``/``.zst`` stream raises :class:`InputError` naming the line where
+  reading stopped; when skipping, the rest of that shard is counted as ``corrupt_stream``.
+- Discovery refuses shard-named symlinks that are broken or loop, and folders it cannot list;
+  folders without any shard are ignored with a warning (sources come from the rows, not from
+  folder names, but a folder of ``.json`` or ``.parquet`` files is probably a mistake).
 """
 
 from __future__ import annotations
 
+import errno
 import glob as globlib
 import gzip
 import io
 import logging
 import os
-from collections.abc import Iterator, Sequence
+import re
+import zlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -46,9 +67,19 @@ REQUIRED_KEYS = (
     "n_response_tokens",
     "source",
 )
-#: Lines longer than this are refused rather than read into memory.
-DEFAULT_MAX_LINE_BYTES = 512 * 1024 * 1024
+#: Lines longer than this are refused rather than read into memory. A row of a million tokens
+#: takes about 10 MB of JSON (ids and mask), so 64 MiB leaves room for any real row while a shard
+#: whose newlines are missing is caught before it fills memory.
+DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
 _READ_CHUNK = 1 << 20
+#: Suffixes of compressions distprompt does not read: named explicitly, they are refused clearly
+#: instead of being parsed as garbage.
+_UNSUPPORTED_SUFFIXES = (".bz2", ".xz", ".lz4", ".zip", ".7z", ".br", ".snappy", ".lzma", ".tar")
+_BOM = b"\xef\xbb\xbf"
+
+
+class CorruptStreamError(InputError):
+    """A compressed shard ends early or does not decompress (a subclass for :func:`iter_rows`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,30 +95,39 @@ def _is_shard(p: Path) -> bool:
     return p.name.endswith(SHARD_SUFFIXES)
 
 
-def discover_shards(data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[Shard]:
+def discover_shards(
+    data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    warn: Callable[[str], None] | None = None,
+) -> list[Shard]:
     """List the shards DATA names, in sorted order.
 
     Args:
         data: A directory (searched recursively for ``*.jsonl``, ``*.jsonl.gz``, ``*.jsonl.zst``),
             a glob pattern, a file, or a list of those.
+        warn: Called with each warning (a folder without shards, a directory symlink loop);
+            logged on ``distprompt.shards`` when None.
 
     Returns:
         Shards sorted by their relative name; names are relative to the directory, the glob's
         fixed prefix, or (for files) their common parent.
 
     Raises:
-        InputError: Nothing exists at DATA, or no shard matches.
+        InputError: Nothing exists at DATA, no shard matches, a folder cannot be listed, a
+            shard-named symlink is broken or loops, or a file is compressed in a format distprompt
+            does not read.
 
     Example:
         >>> discover_shards("data_samples/prepared")[0].name  # doctest: +SKIP
         'A1_deepswekimi/tokenized_data.jsonl'
     """
+    say = warn if warn is not None else (lambda msg: logger.warning("%s", msg))
     specs = [data] if isinstance(data, (str, os.PathLike)) else list(data)
     if not specs:
         raise InputError("expected DATA (a directory, a glob or files), found nothing")
     found: dict[Path, Shard] = {}
     for spec in specs:
-        for shard in _discover_one(str(spec), single=len(specs) == 1):
+        for shard in _discover_one(str(spec), warn=say):
             found.setdefault(shard.path.resolve(), shard)
     if len(specs) > 1:
         # Several inputs: name each file relative to the common parent of all of them.
@@ -106,26 +146,13 @@ def discover_shards(data: str | os.PathLike[str] | Sequence[str | os.PathLike[st
     return shards
 
 
-def _discover_one(spec: str, *, single: bool) -> Iterator[Shard]:
+def _discover_one(spec: str, *, warn: Callable[[str], None]) -> Iterator[Shard]:
     path = Path(spec)
     if path.is_dir():
-        root = path
-        seen_dirs: set[tuple[int, int]] = set()
-        for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-            st = os.stat(dirpath)
-            ident = (st.st_dev, st.st_ino)
-            if ident in seen_dirs:  # a symlink loop: do not walk it twice
-                logger.warning("%s: symlink loop, not followed again", dirpath)
-                dirnames[:] = []
-                continue
-            seen_dirs.add(ident)
-            dirnames.sort()
-            for fn in sorted(filenames):
-                p = Path(dirpath) / fn
-                if _is_shard(p) and p.is_file():
-                    yield Shard(path=p, name=p.relative_to(root).as_posix(), size=p.stat().st_size)
+        yield from _walk(path, root=path, warn=warn)
         return
     if path.is_file():
+        _check_suffix(path)
         yield Shard(path=path, name=path.name, size=path.stat().st_size)
         return
     if globlib.has_magic(spec):
@@ -139,30 +166,278 @@ def _discover_one(spec: str, *, single: bool) -> Iterator[Shard]:
         root = Path(*fixed) if fixed else Path(".")
         for m in sorted(globlib.glob(spec, recursive=True)):
             p = Path(m)
-            if p.is_file() and _is_shard(p):
+            if p.is_dir():
+                yield from _walk(p, root=root, warn=warn)
+            elif _is_shard(p):
+                _check_file(p, root)
                 yield Shard(path=p, name=p.relative_to(root).as_posix(), size=p.stat().st_size)
         return
+    if path.is_symlink():
+        raise InputError(
+            f"{spec}: expected a shard file, found a symbolic link {_link_problem(path)}; "
+            "fix or remove the link"
+        )
     raise InputError(
         f"{spec}: expected a directory, a glob or a shard file, found nothing at that path; "
         "check the path"
     )
 
 
+def _walk(top: Path, *, root: Path, warn: Callable[[str], None]) -> Iterator[Shard]:
+    """Shards below ``top`` (named relative to ``root``), following directory symlinks once."""
+
+    def unreadable(exc: OSError) -> None:
+        raise InputError(
+            f"{exc.filename}: expected a readable folder, found {exc.strerror or exc}; fix its "
+            "permissions or leave it out of DATA"
+        ) from exc
+
+    seen_dirs: set[tuple[int, int]] = set()
+    with_shards: set[Path] = set()
+    others: dict[Path, list[str]] = {}
+    for dirpath, dirnames, filenames in os.walk(top, followlinks=True, onerror=unreadable):
+        here = Path(dirpath)
+        st = os.stat(dirpath)
+        ident = (st.st_dev, st.st_ino)
+        if ident in seen_dirs:  # a symlink loop (or a second link to a folder): walk it once
+            warn(f"{_rel(here, root)}: a link to a folder already read (symlink loop?), skipped")
+            dirnames[:] = []
+            continue
+        seen_dirs.add(ident)
+        dirnames.sort()
+        others[here] = []
+        for fn in sorted(filenames):
+            p = here / fn
+            if not _is_shard(p):
+                if not fn.startswith("."):
+                    others[here].append(fn)
+                continue
+            _check_file(p, root)
+            with_shards.add(here)
+            yield Shard(path=p, name=_rel(p, root), size=p.stat().st_size)
+    # Folders without a shard anywhere below: name the topmost ones (a source folder whose files
+    # have the wrong suffix is the usual mistake); hidden folders are not worth a warning.
+    covered = {a for d in with_shards for a in (d, *d.parents)}
+    for d in sorted(others):
+        if d in covered or d.parent not in covered or d == top:
+            continue
+        if any(part.startswith(".") for part in d.relative_to(top).parts):
+            continue
+        files = others[d]
+        held = (
+            f"it holds {len(files)} other file(s): {', '.join(files[:3])}"
+            + (", ..." if len(files) > 3 else "")
+            if files
+            else "no file directly in it"
+        )
+        warn(
+            f"{_rel(d, root)}/: a folder without any *.jsonl, *.jsonl.gz or *.jsonl.zst shard "
+            f"({held}), ignored"
+        )
+
+
+def _rel(p: Path, root: Path) -> str:
+    try:
+        return p.relative_to(root).as_posix()
+    except ValueError:
+        return p.as_posix()
+
+
+def _link_problem(p: Path) -> str:
+    try:
+        os.stat(p)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "that loops"
+        if exc.errno == errno.ENOENT:
+            return f"to a missing target ({os.readlink(p)})"
+        return f"that cannot be followed ({exc.strerror or exc})"
+    return "to something that is not a file"
+
+
+def _check_file(p: Path, root: Path) -> None:
+    """Refuse a shard-named entry that cannot be read as a file, rather than skip it silently."""
+    if p.is_file():
+        return
+    name = _rel(p, root)
+    if p.is_symlink():
+        raise InputError(
+            f"{name}: expected a shard file, found a symbolic link {_link_problem(p)}; "
+            "fix or remove the link"
+        )
+    raise InputError(
+        f"{name}: expected a shard file, found something else (a pipe, socket or device); "
+        "remove it or rename it"
+    )
+
+
+def _check_suffix(p: Path) -> None:
+    low = p.name.lower()
+    for suffix in _UNSUPPORTED_SUFFIXES:
+        if low.endswith(suffix):
+            raise InputError(
+                f"{p}: expected a .jsonl, .jsonl.gz or .jsonl.zst shard, found a {suffix} file; "
+                "decompress it (or recompress it with gzip or zstd) first"
+            )
+
+
 def open_shard(path: Path) -> IO[bytes]:
-    """Open a shard as a binary stream of uncompressed bytes."""
+    """Open a shard as a binary stream of uncompressed bytes.
+
+    Raises:
+        InputError: The file cannot be opened.
+    """
     name = path.name
     try:
+        if name.endswith(".gz"):
+            return gzip.open(path, "rb")  # type: ignore[return-value]  # owns the file it opens
         raw = open(path, "rb")  # noqa: SIM115 - returned to the caller
     except OSError as exc:
-        raise InputError(f"{path}: expected a readable file, found {exc.strerror or exc}") from exc
-    if name.endswith(".gz"):
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        raise InputError(
+            f"{path}: expected a readable file, found {exc.strerror or exc}; fix its permissions "
+            "or leave it out of DATA"
+        ) from exc
     if name.endswith(".zst"):
         import zstandard
 
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
-        return io.BufferedReader(reader, buffer_size=_READ_CHUNK)  # type: ignore[arg-type]
+        source = _WholeZstdFile(raw)
+        reader = zstandard.ZstdDecompressor().stream_reader(
+            source,  # type: ignore[arg-type]  # has read() and close()
+            closefd=True,
+            read_across_frames=True,
+        )
+        stream = _ZstdStream(reader, buffer_size=_READ_CHUNK)
+        stream.source = source
+        return stream
     return raw
+
+
+class _WholeZstdFile:
+    """The compressed file under a zstd stream reader, checked to hold whole frames.
+
+    zstandard's stream reader stops quietly at the end of a truncated file, which would lose the
+    rows of the missing tail without a word, and it drops the bytes it had decompressed when it
+    meets garbage. Walking the frame and block headers first (a few bytes per block of up to
+    128 KiB) finds where the file stops being valid zstd: the reader is fed up to that point, so
+    every readable row still comes out, and the verdict is kept in ``problem`` for
+    :func:`iter_lines` to raise at the end of the stream.
+    """
+
+    def __init__(self, fh: IO[bytes]) -> None:
+        self._fh = fh
+        self.problem, self._stop = _zstd_problem(fh)
+
+    def read(self, size: int = -1) -> bytes:
+        left = self._stop - self._fh.tell()
+        if left <= 0:
+            return b""
+        return self._fh.read(left if size < 0 else min(size, left))
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+class _ZstdStream(io.BufferedReader):
+    """Decompressed bytes of a ``.zst`` shard; ``source.problem`` tells a cut file at its end."""
+
+    source: _WholeZstdFile
+
+
+def _check_whole(fh: IO[bytes]) -> None:
+    """At the end of a stream: raise when a zstd file turned out to be cut or corrupt."""
+    if isinstance(fh, _ZstdStream) and fh.source.problem is not None:
+        raise EOFError(f"the zstd stream {fh.source.problem}")
+
+
+_ZSTD_MAGIC = 0xFD2FB528
+
+
+def _zstd_problem(fh: IO[bytes]) -> tuple[str | None, int]:
+    """``(why the zstd file is not a sequence of whole frames or None, where to stop reading)``.
+
+    A file cut inside a frame is read to its end (the decompressor returns what it can); garbage
+    or a corrupt block header stops reading where it starts. ``fh`` is left at offset 0.
+    """
+    size = os.fstat(fh.fileno()).st_size
+    pos = 0
+
+    def at(offset: int, n: int) -> bytes | None:
+        fh.seek(offset)
+        b = fh.read(n)
+        return b if len(b) == n else None
+
+    cut = f"is cut inside a frame ({size} bytes, the last frame needs more)"
+    try:
+        while pos < size:
+            head = at(pos, 5)
+            if head is None:  # a few bytes left: the start of a frame, or garbage
+                fh.seek(pos)
+                tail = fh.read(4)
+                if _ZSTD_MAGIC.to_bytes(4, "little").startswith(tail) or (
+                    tail[0] & 0xF0 == 0x50 and b"\x2a\x4d\x18".startswith(tail[1:])
+                ):
+                    return cut, size
+                return f"has no zstd frame at byte {pos} (garbage or another format)", pos
+            magic = int.from_bytes(head[:4], "little")
+            if magic & 0xFFFFFFF0 == 0x184D2A50:  # skippable frame: magic, size, payload
+                n = at(pos + 4, 4)
+                if n is None:
+                    return cut, size
+                pos += 8 + int.from_bytes(n, "little")
+                continue
+            if magic != _ZSTD_MAGIC:
+                return f"has no zstd frame at byte {pos} (garbage or another format)", pos
+            fhd = head[4]
+            if fhd & 0x08:  # the reserved bit must be zero
+                return f"has a corrupt frame header at byte {pos}", pos
+            single = (fhd >> 5) & 1
+            fcs = (1 if single else 0, 2, 4, 8)[fhd >> 6]
+            did = (0, 1, 2, 4)[fhd & 3]
+            checksum = 4 if (fhd >> 2) & 1 else 0
+            pos += 5 + (0 if single else 1) + did + fcs
+            while True:
+                block = at(pos, 3)
+                if block is None:
+                    return cut, size
+                h = int.from_bytes(block, "little")
+                kind = (h >> 1) & 3
+                if kind == 3:
+                    return f"has a corrupt block header at byte {pos}", pos
+                pos += 3 + (1 if kind == 1 else h >> 3)
+                if h & 1:  # last block of the frame
+                    break
+            pos += checksum
+        if pos > size:
+            return cut, size
+        return None, size
+    finally:
+        fh.seek(0)
+
+
+def _next_line(fh: IO[bytes], limit: int) -> tuple[bytes | None, int]:
+    """The next line (newline included) and its size; None for a line of more than ``limit``
+    bytes (newline excluded), which is read through without being held. ``(b"", 0)`` at the end.
+    """
+    first = fh.readline(_READ_CHUNK)
+    if len(first) < _READ_CHUNK or first.endswith(b"\n"):  # whole line (or the end of the file)
+        return (first if len(first) - first.endswith(b"\n") <= limit else None), len(first)
+    parts: list[bytes] | None = [first]
+    size = len(first)
+    while True:
+        piece = fh.readline(_READ_CHUNK)
+        size += len(piece)
+        if parts is not None:
+            if size - piece.endswith(b"\n") > limit:
+                parts = None  # too long: drop what was read, count the rest
+            else:
+                parts.append(piece)
+        if not piece or piece.endswith(b"\n"):
+            break
+    return (b"".join(parts) if parts is not None else None), size
+
+
+#: What a broken compressed stream raises while it is read.
+_CORRUPT_STREAM: tuple[type[BaseException], ...] = (EOFError, zlib.error, gzip.BadGzipFile)
 
 
 def iter_lines(
@@ -170,49 +445,58 @@ def iter_lines(
 ) -> Iterator[tuple[int, int, bytes | None]]:
     """Yield ``(line_number, offset, raw_line)`` for each line of a shard.
 
-    Line endings (LF or CRLF) and a leading UTF-8 BOM are stripped. A line longer than
-    ``max_line_bytes`` is not held in memory: it is yielded as ``None`` (the caller reports it)
-    and the rest of it is skipped.
+    Line endings (LF or CRLF) and a UTF-8 BOM at the start of a line are stripped. A line longer
+    than ``max_line_bytes`` is not held in memory: it is yielded as ``None`` (the caller reports
+    it) and the rest of it is skipped, so memory stays near ``max_line_bytes`` whatever the file.
+
+    Raises:
+        InputError: The file cannot be opened or read.
+        CorruptStreamError: A compressed stream is truncated or corrupt; the lines before the
+            damage have been yielded.
     """
     lineno = 0
     offset = 0
-    try:
-        with open_shard(shard.path) as fh:
+    with open_shard(shard.path) as fh:
+        try:
             while True:
-                line = fh.readline(max_line_bytes + 1)
-                if not line:
+                line, size = _next_line(fh, max_line_bytes)
+                if not size or (line is not None and not line.endswith(b"\n")):
+                    _check_whole(fh)  # the end: a cut .zst must not pass for a short one
+                if not size:
                     return
                 start = offset
                 lineno += 1
-                offset += len(line)
-                if len(line) > max_line_bytes and not line.endswith(b"\n"):
-                    # Too long: skip to the end of the line without keeping it.
-                    while True:
-                        rest = fh.readline(_READ_CHUNK)
-                        offset += len(rest)
-                        if not rest or rest.endswith(b"\n"):
-                            break
+                offset += size
+                if line is None:
                     yield lineno, start, None
                     continue
-                if lineno == 1 and line.startswith(b"\xef\xbb\xbf"):
+                if line.startswith(_BOM):
                     line = line[3:]
                 yield lineno, start, line.rstrip(b"\r\n")
-    except (OSError, EOFError, ValueError) as exc:
-        if isinstance(exc, InputError):
+        except InputError:
             raise
-        # zstandard raises ZstdError (a subclass of Exception); caught below by name.
-        raise InputError(
-            f"{shard.name}:{lineno + 1}: expected a readable, complete stream, found "
-            f"{type(exc).__name__}: {exc}; the file is truncated or corrupt — re-copy it or "
-            "exclude it"
-        ) from exc
-    except Exception as exc:
-        if type(exc).__name__ == "ZstdError":
-            raise InputError(
-                f"{shard.name}:{lineno + 1}: expected a valid zstd stream, found {exc}; "
-                "the file is truncated or corrupt — re-copy it or exclude it"
-            ) from exc
-        raise
+        except Exception as exc:
+            err = _read_error(shard, lineno + 1, exc)
+            if err is exc:
+                raise
+            raise err from exc
+
+
+def _read_error(shard: Shard, line: int, exc: Exception) -> Exception:
+    where = f"{shard.name}:{line}"
+    found = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if isinstance(exc, _CORRUPT_STREAM) or type(exc).__name__ == "ZstdError":
+        return CorruptStreamError(
+            f"{where}: expected a complete, valid compressed stream, found {found}; the file is "
+            "truncated or corrupt — re-copy it, leave it out, or run with --on-error skip to keep "
+            "the rows before this line"
+        )
+    if isinstance(exc, OSError):
+        return InputError(
+            f"{where}: expected a readable file, found {exc.strerror or found}; check the disk "
+            "or the network mount, then run again"
+        )
+    return exc
 
 
 def _bad(shard: str, line: int, reason: str, detail: str) -> DataError:
@@ -237,7 +521,7 @@ def _short(v: Any, limit: int = 40) -> str:
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
-def _int_array(v: Any, key: str, shard: str, line: int) -> np.ndarray:
+def _int_array(v: Any, key: str, shard: str, line: int, *, check_bools: bool) -> np.ndarray:
     if not isinstance(v, list):
         raise _bad(
             shard,
@@ -249,19 +533,102 @@ def _int_array(v: Any, key: str, shard: str, line: int) -> np.ndarray:
     try:
         arr = np.asarray(v)
     except (ValueError, OverflowError):
-        arr = np.asarray([0, "x"], dtype=object)  # ragged/nested: fall through to the type error
-    if arr.ndim != 1 or arr.dtype.kind not in "iu":
-        if len(v) == 0:
-            return np.zeros(0, dtype=np.int64)
-        bad = next((x for x in v if isinstance(x, bool) or not isinstance(x, int)), v[0])
-        raise _bad(
-            shard,
-            line,
-            f"bad_{key}",
-            f"expected {key!r} to hold only integers, found {type(bad).__name__} {_short(bad)}; "
-            "fix the row or run with --on-error skip",
-        )
-    return arr.astype(np.int64, copy=False)
+        arr = None  # ragged or nested: reported below
+    # numpy turns [True, 1] into int64; the caller asks for the exact check when the raw line
+    # holds a literal that could be a boolean.
+    ok = (
+        arr is not None
+        and arr.ndim == 1
+        and arr.dtype.kind == "i"
+        and not (check_bools and any(type(x) is bool for x in v))
+    )
+    if ok:
+        assert arr is not None
+        return arr.astype(np.int64, copy=False)
+    if len(v) == 0:
+        return np.zeros(0, dtype=np.int64)
+    raise _bad(
+        shard,
+        line,
+        f"bad_{key}",
+        f"expected {key!r} to hold only integers below 2**63, found {_first_non_int(v)}; "
+        "fix the row or run with --on-error skip",
+    )
+
+
+def _json_type(v: Any) -> str:
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, list):
+        return "array"
+    if isinstance(v, str):
+        return "string"
+    return "object" if isinstance(v, dict) else "null"
+
+
+def _first_non_int(v: list[Any]) -> str:
+    for x in v:
+        if isinstance(x, bool) or not isinstance(x, int):
+            return f"{type(x).__name__} {_short(x)}"
+        if not -(2**63) <= x < 2**63:
+            return f"{x} (out of range)"
+    return _short(v)
+
+
+#: Quote and letter-e counts of the six keys written as JSON (``"input_ids"`` ...).
+_KEY_QUOTES = 2 * len(REQUIRED_KEYS)
+_KEY_ES = sum(k.count("e") for k in REQUIRED_KEYS)
+_REQUIRED = frozenset(REQUIRED_KEYS)
+
+
+def _unexplained(raw: bytes, obj: dict[str, Any]) -> bool:
+    """Whether the raw line holds quotes or ``e`` letters the parsed row does not explain.
+
+    Cheap (two byte counts): a duplicated key adds quotes that the parsed dict dropped, and a
+    ``true``/``false`` among the ids adds ``e`` letters. Without ``\\u`` escapes, a line written
+    by any JSON writer has exactly the counts of the parsed row re-serialized, so a mismatch sends
+    the line to the exact (slow) checks and a match proves there is nothing to find.
+    """
+    if b"\\" in raw and b"\\u" in raw:
+        return True
+    try:
+        aux = orjson.dumps(obj["source"])
+        if len(obj) > len(REQUIRED_KEYS):
+            aux += orjson.dumps({k: v for k, v in obj.items() if k not in _REQUIRED})
+    except orjson.JSONEncodeError:  # nesting deeper than orjson writes
+        return True
+    quotes_ok = raw.count(b'"') == _KEY_QUOTES + aux.count(b'"')
+    return not quotes_ok or raw.count(b"e") != _KEY_ES + aux.count(b"e")
+
+
+#: Strings and brackets of a JSON text: enough to find the top-level keys without recursion.
+_JSON_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}:]')
+
+
+def _duplicated_key(raw: bytes) -> str | None:
+    """The first key of the schema that appears twice at the top level of the line, if any."""
+    if b"\\u" not in raw and not any(
+        raw.count(b'"' + k.encode() + b'"') > 1 for k in REQUIRED_KEYS
+    ):
+        return None  # no key written twice (``\\u`` escapes could spell one differently)
+    seen: set[str] = set()
+    depth = 0
+    prev = b""
+    for m in _JSON_TOKENS.finditer(raw):
+        tok = m.group()
+        if tok in (b"{", b"["):
+            depth += 1
+        elif tok in (b"}", b"]"):
+            depth -= 1
+        elif tok == b":" and depth == 1:
+            key = orjson.loads(prev)
+            if key in _REQUIRED and key in seen:
+                return str(key)
+            seen.add(key)
+        prev = tok
+    return None
 
 
 def parse_row(raw: bytes | None, *, shard: str, line: int, offset: int) -> Row:
@@ -275,8 +642,9 @@ def parse_row(raw: bytes | None, *, shard: str, line: int, offset: int) -> Row:
             shard,
             line,
             "line_too_long",
-            "expected a JSON line of reasonable size, found a line longer than the limit; "
-            "the shard is probably corrupt",
+            "expected a JSON line of reasonable size, found a line longer than the limit "
+            f"(max_line_bytes, {DEFAULT_MAX_LINE_BYTES >> 20} MiB by default); a newline is "
+            "probably missing — fix the shard or run with --on-error skip",
         )
     try:
         obj = orjson.loads(raw)
@@ -294,7 +662,7 @@ def parse_row(raw: bytes | None, *, shard: str, line: int, offset: int) -> Row:
             shard,
             line,
             "not_an_object",
-            f"expected a JSON object, found a JSON {type(obj).__name__}; "
+            f"expected a JSON object, found a JSON {_json_type(obj)} {_short(obj)}; "
             "fix the row or run with --on-error skip",
         )
     missing = [k for k in REQUIRED_KEYS if k not in obj]
@@ -306,6 +674,17 @@ def parse_row(raw: bytes | None, *, shard: str, line: int, offset: int) -> Row:
             f"expected keys {', '.join(REQUIRED_KEYS)}, found {missing[0]!r} missing; "
             "fix the row or run with --on-error skip",
         )
+    suspect = _unexplained(raw, obj)
+    if suspect:
+        dup = _duplicated_key(raw)
+        if dup is not None:
+            raise _bad(
+                shard,
+                line,
+                "duplicate_key",
+                f"expected each key once, found {dup!r} twice (a JSON reader would silently "
+                "keep the last one); fix the writer of this shard or run with --on-error skip",
+            )
     source = obj["source"]
     if not isinstance(source, str) or not source.strip():
         raise _bad(
@@ -318,8 +697,8 @@ def parse_row(raw: bytes | None, *, shard: str, line: int, offset: int) -> Row:
     seq_len = _int_field(obj, "seq_len", shard, line)
     n_prompt = _int_field(obj, "n_prompt_tokens", shard, line)
     n_resp = _int_field(obj, "n_response_tokens", shard, line)
-    ids = _int_array(obj["input_ids"], "input_ids", shard, line)
-    mask = _int_array(obj["loss_mask"], "loss_mask", shard, line)
+    ids = _int_array(obj["input_ids"], "input_ids", shard, line, check_bools=suspect)
+    mask = _int_array(obj["loss_mask"], "loss_mask", shard, line, check_bools=suspect)
     if ids.size and ids.min() < 0:
         raise _bad(
             shard,
@@ -385,6 +764,8 @@ def iter_rows(
     *,
     skipped: dict[str, int] | None = None,
     first_skip: dict[str, str] | None = None,
+    anomalies: dict[str, int] | None = None,
+    first_anomaly: dict[str, str] | None = None,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> Iterator[Row]:
     """Yield the valid rows of a shard.
@@ -392,22 +773,55 @@ def iter_rows(
     Args:
         shard: The shard to read.
         skipped: When given, bad rows are counted here by reason and skipped; when None, the
-            first bad row raises :class:`DataError`.
+            first bad row raises :class:`DataError`. A truncated or corrupt compressed stream is
+            counted once under ``corrupt_stream`` (the rows before it are kept).
         first_skip: When given with ``skipped``, the first ``shard:line`` of each reason.
-        max_line_bytes: Longer lines are refused without being held in memory.
+        anomalies: When given, blank lines are counted here under ``blank_line``.
+        first_anomaly: When given with ``anomalies``, the first ``shard:line`` of each.
+        max_line_bytes: Longer lines are refused (``line_too_long``) without being held in
+            memory.
 
-    Blank lines are not rows: they are passed over (counted under ``blank_line`` when skipping).
+    Blank lines (empty or whitespace only) are not rows and not errors: they are passed over in
+    both modes and counted as an anomaly. An empty shard is logged as a warning.
+
+    Raises:
+        DataError: A bad row, unless ``skipped`` is given.
+        InputError: The shard cannot be read; :class:`CorruptStreamError` (unless ``skipped`` is
+            given) when a compressed stream is truncated or corrupt.
+
+    Example:
+        >>> skipped: dict[str, int] = {}
+        >>> rows = list(iter_rows(discover_shards("data")[0], skipped=skipped))  # doctest: +SKIP
     """
-    for lineno, offset, raw in iter_lines(shard, max_line_bytes=max_line_bytes):
-        if raw is not None and not raw.strip():
-            if skipped is not None:
-                skipped["blank_line"] = skipped.get("blank_line", 0) + 1
-            continue
-        try:
-            yield parse_row(raw, shard=shard.name, line=lineno, offset=offset)
-        except DataError as exc:
-            if skipped is None:
-                raise
-            skipped[exc.reason] = skipped.get(exc.reason, 0) + 1
-            if first_skip is not None:
-                first_skip.setdefault(exc.reason, f"{exc.shard}:{exc.line}")
+    lineno = 0
+    try:
+        for lineno, offset, raw in iter_lines(shard, max_line_bytes=max_line_bytes):
+            if raw is not None and not raw.strip():
+                if anomalies is not None:
+                    anomalies["blank_line"] = anomalies.get("blank_line", 0) + 1
+                    if first_anomaly is not None:
+                        first_anomaly.setdefault("blank_line", f"{shard.name}:{lineno}")
+                continue
+            try:
+                row = parse_row(raw, shard=shard.name, line=lineno, offset=offset)
+            except DataError as exc:
+                if skipped is None:
+                    raise
+                _count(skipped, first_skip, exc.reason, f"{exc.shard}:{exc.line}")
+                continue
+            yield row
+    except CorruptStreamError as exc:
+        if skipped is None:
+            raise
+        where = str(exc).split(": ", 1)[0]
+        _count(skipped, first_skip, "corrupt_stream", where)
+        logger.warning("%s", exc)
+        return
+    if lineno == 0:
+        logger.warning("%s: an empty shard (no lines), nothing to read", shard.name)
+
+
+def _count(counts: dict[str, int], first: dict[str, str] | None, reason: str, where: str) -> None:
+    counts[reason] = counts.get(reason, 0) + 1
+    if first is not None:
+        first.setdefault(reason, where)

@@ -8,15 +8,18 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from distprompt._io import atomic_write_bytes, atomic_write_lines
-from distprompt.errors import InputError, OutputError
+from distprompt._io import atomic_write_bytes, atomic_write_lines, umask
+from distprompt.errors import DistpromptError, InputError, OutputError
 from distprompt.records import SuiteItem
 
-__all__ = ["MANIFEST_NAME", "SUITE_NAME", "Suite", "prepare_out_dir"]
+if TYPE_CHECKING:
+    from distprompt.report import Report
+
+__all__ = ["MANIFEST_NAME", "SUITE_NAME", "Suite", "check_out_dir", "prepare_out_dir"]
 
 SUITE_NAME = "suite.jsonl"
 MANIFEST_NAME = "manifest.json"
@@ -33,9 +36,16 @@ class Suite:
         True
     """
 
-    def __init__(self, items: Sequence[SuiteItem], manifest: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        items: Sequence[SuiteItem],
+        manifest: dict[str, Any],
+        *,
+        report: Report | None = None,
+    ) -> None:
         self.items: tuple[SuiteItem, ...] = tuple(items)
         self.manifest = manifest
+        self._report = report
 
     def __iter__(self) -> Iterator[SuiteItem]:
         return iter(self.items)
@@ -51,12 +61,10 @@ class Suite:
         return f"Suite({len(self.items)} items from {len(sources)} sources)"
 
     @property
-    def report(self) -> dict[str, Any]:
-        """Per-source figures of the manifest (counts, warnings)."""
-        return {
-            "sources": self.manifest.get("sources", {}),
-            "warnings": self.manifest.get("warnings", []),
-        }
+    def report(self) -> Report | None:
+        """The representativeness report (:class:`distprompt.report.Report`): suite vs corpus
+        and vs uniform random, per source and overall; None for a suite loaded without one."""
+        return self._report
 
     def to_polars(self) -> Any:
         """One row per item; nested fields (provenance, messages) as structs/JSON strings."""
@@ -85,7 +93,8 @@ class Suite:
         formats: Sequence[str] | None = None,
         overwrite: bool = False,
     ) -> Path:
-        """Write the suite folder: ``suite.jsonl``, ``manifest.json`` and client exports.
+        """Write the suite folder: ``suite.jsonl``, client exports, the report files
+        (``report.json``, ``report.md``, PNG plots, ``report.html``) and ``manifest.json``.
 
         The folder is built beside ``out`` and renamed into place, so an interrupted save never
         leaves a suite that looks complete.
@@ -110,6 +119,8 @@ class Suite:
                 formats=fmts,
                 tokenizer_name=str(self.manifest.get("tokenizer", {}).get("name", "")),
             )
+            if self._report is not None:
+                files["report"] = self._report.write(tmp)
             manifest = dict(self.manifest)
             manifest["files"] = {k: sorted(v) for k, v in sorted(files.items())}
             self.manifest = manifest
@@ -124,6 +135,8 @@ class Suite:
         Raises:
             InputError: No complete suite at ``path``.
         """
+        from distprompt.report import REPORT_JSON, Report
+
         p = Path(path)
         if not (p / MANIFEST_NAME).is_file() or not (p / SUITE_NAME).is_file():
             raise InputError(
@@ -141,26 +154,69 @@ class Suite:
                         raise InputError(
                             f"{p / SUITE_NAME}:{n}: expected a suite item, found {exc}"
                         ) from exc
-        return cls(items, manifest)
+        report = None
+        if (p / REPORT_JSON).is_file():
+            report = Report.load(p / REPORT_JSON)
+        return cls(items, manifest, report=report)
+
+
+def check_out_dir(out: Path, *, overwrite: bool) -> None:
+    """Refuse an output folder that cannot be used, before any work is done.
+
+    ``--overwrite`` replaces only a previous distprompt output (a folder holding
+    ``manifest.json``): a mistyped ``--out`` (the corpus, a home folder) is never deleted.
+
+    Raises:
+        OutputError: ``out`` is a file; a non-empty folder (without ``overwrite``); a folder that
+            is not a distprompt output, or holds the working directory (with ``overwrite``); or
+            its parent is not a folder.
+    """
+    out = Path(out)
+    if out.exists():
+        if not out.is_dir():
+            raise OutputError(
+                f"{out}: expected an output folder, found a file; choose another --out"
+            )
+        if any(out.iterdir()):
+            if not overwrite:
+                raise OutputError(
+                    f"{out}: expected an empty or new output folder, found files in it; "
+                    "pass --overwrite to replace it, or choose another --out"
+                )
+            if not (out / MANIFEST_NAME).is_file():
+                raise OutputError(
+                    f"{out}: expected a previous distprompt output to replace (a folder with "
+                    f"{MANIFEST_NAME}), found a folder of other files; --overwrite never deletes "
+                    "those — choose another --out or empty it yourself"
+                )
+            cwd = Path.cwd().resolve()
+            if out.resolve() == cwd or out.resolve() in cwd.parents:
+                raise OutputError(
+                    f"{out}: expected an output folder outside the working directory, found it "
+                    "holds the working directory; choose another --out"
+                )
+    # The first existing ancestor must be a folder, or nothing can be created below it.
+    anc = out.absolute().parent
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    if not anc.is_dir():
+        raise OutputError(
+            f"{out}: expected a folder to write into, found {anc} is a file; choose another --out"
+        )
 
 
 @contextlib.contextmanager
 def prepare_out_dir(out: Path, *, overwrite: bool) -> Iterator[Path]:
     """Yield an empty temp folder beside ``out``; on success it replaces ``out``.
 
+    Whatever goes wrong (an error, a full disk, Ctrl-C, SIGTERM), the temp folder is removed and
+    ``out`` is left as it was: a folder named ``out`` is always a finished suite.
+
     Raises:
-        OutputError: ``out`` is a non-empty folder (without ``overwrite``), a file, or unwritable.
+        OutputError: ``out`` cannot be used (see :func:`check_out_dir`) or written.
     """
-    if out.exists():
-        if not out.is_dir():
-            raise OutputError(
-                f"{out}: expected an output folder, found a file; choose another --out"
-            )
-        if any(out.iterdir()) and not overwrite:
-            raise OutputError(
-                f"{out}: expected an empty or new output folder, found files in it; "
-                "pass --overwrite to replace it, or choose another --out"
-            )
+    out = Path(out)
+    check_out_dir(out, overwrite=overwrite)
     parent = out.absolute().parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
@@ -170,15 +226,25 @@ def prepare_out_dir(out: Path, *, overwrite: bool) -> Iterator[Path]:
             f"{parent}: expected a writable folder, found {exc.strerror or exc}; "
             "choose another --out or fix its permissions"
         ) from exc
+    old: Path | None = None
     try:
+        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it private (0700)
         yield tmp
-        old: Path | None = None
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=parent))
             os.replace(out, old / "x")
         os.replace(tmp, out)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and (old / "x").exists() and not out.exists():
+            os.replace(old / "x", out)  # interrupted between the two renames: put it back
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and not isinstance(exc, DistpromptError):
+            raise OutputError(
+                f"{out}: could not be written ({exc.strerror or exc}); check free disk space "
+                "and permissions, then run again"
+            ) from exc
         raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,359 @@
+"""Rendering of a :class:`~distprompt.report.Report`: PNG plots, Markdown and one HTML page.
+
+Everything is drawn from the report's own data (what ``report.json`` holds), so
+``distprompt report OUT`` re-renders the same files. Plots use matplotlib's Agg backend; the
+HTML page inlines them as base64 and needs no other file.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from distprompt.report import Report
+
+__all__ = ["html_page", "markdown", "plots"]
+
+_DPI = 90
+_SUITE = "#1f77b4"
+_RANDOM = "#ff7f0e"
+_CORPUS = "#333333"
+
+
+# ---------------------------------------------------------------------------------------------
+# plots
+# ---------------------------------------------------------------------------------------------
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)  # no display needed; keeps an interactive backend if set
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig: Any) -> bytes:
+    plt = _pyplot()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=_DPI, bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _grid(n: int, ncols: int = 4) -> tuple[int, int]:
+    ncols = max(1, min(ncols, n))
+    return math.ceil(n / ncols), ncols
+
+
+def plots(report: Report) -> dict[str, bytes]:
+    """PNG bytes by file name (see :data:`distprompt.report.PLOT_NAMES`)."""
+    from distprompt.report import PLOT_NAMES
+
+    out = {
+        PLOT_NAMES[0]: _shares_plot(report),
+        PLOT_NAMES[1]: _length_plot(report, "prompt"),
+        PLOT_NAMES[2]: _length_plot(report, "response"),
+        PLOT_NAMES[3]: _coverage_plot(report),
+    }
+    if report.projection:
+        out[PLOT_NAMES[4]] = _cluster_plot(report)
+    return out
+
+
+def _shares_plot(report: Report) -> bytes:
+    import numpy as np
+
+    plt = _pyplot()
+    names = list(report.sources)
+    x = np.arange(len(names))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(names) + 2), 3.6))
+    for j, (key, label, color) in enumerate(
+        (
+            ("corpus", "corpus rows", _CORPUS),
+            ("target", "target", "#999999"),
+            ("achieved", "suite", _SUITE),
+        )
+    ):
+        vals = [report.sources[s]["share"][key] or 0.0 for s in names]
+        ax.bar(x + (j - 1) * 0.27, vals, width=0.27, label=label, color=color)
+    ax.set_xticks(x, names, rotation=30, ha="right")
+    ax.set_ylabel("share")
+    ax.set_title("Source shares: corpus rows, target, suite")
+    ax.legend(frameon=False)
+    return _png(fig)
+
+
+def _ecdf(ax: Any, values: Sequence[int], **kw: Any) -> None:
+    import numpy as np
+
+    if not values:
+        return
+    v = np.sort(np.asarray(values, dtype=float))
+    y = np.arange(1, v.size + 1) / v.size
+    ax.step(np.concatenate([[v[0]], v]), np.concatenate([[0.0], y]), where="post", **kw)
+
+
+def _length_plot(report: Report, key: str) -> bytes:
+    import numpy as np
+
+    plt = _pyplot()
+    panels = ["overall", *report.sources]
+    rows, cols = _grid(len(panels))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols, 2.6 * rows), squeeze=False)
+    ks_key = f"ks_{key}"
+    for ax, name in zip(axes.flat, panels, strict=False):
+        c = report.curves.get(name, {}).get(key, {})
+        corpus = c.get("corpus") or []
+        if corpus:
+            ax.step(
+                corpus,
+                np.linspace(0, 1, len(corpus)),
+                where="post",
+                color=_CORPUS,
+                lw=2,
+                label="corpus",
+            )
+        _ecdf(ax, c.get("random") or [], color=_RANDOM, ls="--", lw=1.2, label="random")
+        _ecdf(ax, c.get("suite") or [], color=_SUITE, lw=1.4, label="suite")
+        figs = report.overall if name == "overall" else report.sources[name]
+        s, r = figs["suite"].get(ks_key), figs["random"].get(ks_key)
+        label = "overall (pooled as replayed)" if name == "overall" else name
+        title = label if s is None else f"{label}\nKS {s:.3f} (random {r:.3f})"
+        ax.set_title(title, fontsize=9)
+        if corpus and min(corpus) > 0 and max(corpus) / max(1, min(corpus)) > 20:
+            from matplotlib.ticker import NullFormatter
+
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.tick_params(labelsize=7)
+        ax.set_ylim(0, 1.02)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7, frameon=False, loc="lower right")
+    fig.suptitle(f"{key.capitalize()} length (tokens): cumulative distribution", fontsize=11)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _coverage_plot(report: Report) -> bytes:
+    import numpy as np
+
+    plt = _pyplot()
+    names = ["overall", *report.sources]
+    figs = [report.overall, *report.sources.values()]
+    y = np.arange(len(names))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 0.35 * len(names) + 1.6), sharey=True)
+    for ax, key, title in (
+        (axes[0], "mean_distance", "mean distance to nearest item (lower is better)"),
+        (axes[1], "represented_share", "clusters represented (higher is better)"),
+    ):
+        s = [f["suite"].get(key) or 0.0 for f in figs]
+        r = [f["random"].get(key) or 0.0 for f in figs]
+        ax.barh(y - 0.2, s, height=0.4, color=_SUITE, label="suite")
+        ax.barh(y + 0.2, r, height=0.4, color=_RANDOM, label="random (median)")
+        ax.set_title(title, fontsize=10)
+        ax.tick_params(labelsize=8)
+    axes[0].set_yticks(y, names)
+    axes[0].invert_yaxis()
+    axes[1].set_xlim(0, 1.05)
+    fig.legend(
+        *axes[0].get_legend_handles_labels(),
+        loc="upper center",
+        ncol=2,
+        fontsize=8,
+        frameon=False,
+        bbox_to_anchor=(0.5, 1.04),
+    )
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _cluster_plot(report: Report) -> bytes:
+    import numpy as np
+
+    plt = _pyplot()
+    names = list(report.projection)
+    rows, cols = _grid(len(names))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols, 3.0 * rows), squeeze=False)
+    cmap = plt.get_cmap("tab20")
+    for ax, name in zip(axes.flat, names, strict=False):
+        p = report.projection[name]
+        x, y = np.asarray(p["x"]), np.asarray(p["y"])
+        lab = np.asarray(p["cluster"])
+        sel = np.asarray(p["selected"], dtype=bool)
+        ax.scatter(
+            x[~sel], y[~sel], s=8, c=[cmap(i % 20) for i in lab[~sel]], alpha=0.6, linewidths=0
+        )
+        ax.scatter(
+            x[sel],
+            y[sel],
+            s=40,
+            c=[cmap(i % 20) for i in lab[sel]],
+            marker="*",
+            edgecolors="black",
+            linewidths=0.6,
+        )
+        ax.set_title(f"{name} ({int(sel.sum())} items)", fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    for ax in list(axes.flat)[len(names) :]:
+        ax.axis("off")
+    fig.suptitle("Candidates by suite cluster (2-D projection; stars = suite items)", fontsize=11)
+    fig.tight_layout()
+    return _png(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# tables
+# ---------------------------------------------------------------------------------------------
+
+_HEAD = (
+    "source",
+    "rows",
+    "cands",
+    "items",
+    "share corpus / target / suite",
+    "prompt KS suite / random",
+    "response KS suite / random",
+    "weighted KS prompt / response",
+    "mean distance suite / random",
+    "represented suite / random",
+    "coverage",
+    "lengths",
+)
+
+
+def _f(v: Any, pct: bool = False) -> str:
+    if v is None:
+        return "-"
+    return f"{100 * v:.0f}%" if pct else f"{v:.3f}"
+
+
+def _ks(s: Mapping[str, Any], r: Mapping[str, Any], key: str) -> str:
+    # Overall: the within-source mean (the verdict's basis), then the pooled figure, which
+    # also reflects the allocation (the same for suite and random).
+    within = s.get(f"ks_{key}_within")
+    plain = f"{_f(s.get(f'ks_{key}'))} / {_f(r.get(f'ks_{key}'))}"
+    if within is None:
+        return plain
+    return f"{_f(within)} / {_f(r.get(f'ks_{key}_within'))} (pooled {plain})"
+
+
+def _row(name: str, figs: Mapping[str, Any]) -> list[str]:
+    s, r = figs["suite"], figs["random"]
+    share = figs.get("share")
+    return [
+        name,
+        f"{figs['rows']:,}",
+        f"{figs['candidates']:,}",
+        f"{figs['selected']:,}",
+        " / ".join(_f(share[k], True) for k in ("corpus", "target", "achieved")) if share else "",
+        _ks(s, r, "prompt"),
+        _ks(s, r, "response"),
+        f"{_f(s.get('ks_prompt_weighted'))} / {_f(s.get('ks_response_weighted'))}",
+        f"{_f(s.get('mean_distance'))} / {_f(r.get('mean_distance'))}",
+        f"{_f(s.get('represented_share'), True)} / {_f(r.get('represented_share'), True)}",
+        str(figs.get("coverage", "")),
+        str(figs.get("length", "")),
+    ]
+
+
+def _rows(report: Report) -> list[list[str]]:
+    return [_row("**overall**", report.overall)] + [
+        _row(name, figs) for name, figs in report.sources.items()
+    ]
+
+
+def markdown(report: Report) -> str:
+    """``report.md``."""
+    from distprompt.report import PLOT_NAMES
+
+    lines = ["# Representativeness report", "", report.summary, ""]
+    lines += ["| " + " | ".join(_HEAD) + " |", "|" + "---|" * len(_HEAD)]
+    lines += ["| " + " | ".join(r) + " |" for r in _rows(report)]
+    lines += ["", "## Definitions", ""]
+    for k, v in report.meta.get("definitions", {}).items():
+        lines.append(f"- **{k}**: {v}")
+    meta = {k: v for k, v in report.meta.items() if k != "definitions"}
+    if meta:
+        lines += ["", "Run: " + ", ".join(f"{k}={v}" for k, v in sorted(meta.items()))]
+    lines += ["", "## Plots", ""]
+    for name in PLOT_NAMES:
+        if name != PLOT_NAMES[4] or report.projection:
+            lines.append(f"![{name[len('report_') : -4].replace('_', ' ')}]({name})")
+    lines += ["", "Example prompts per source and cluster: see `report.html`.", ""]
+    return "\n".join(lines)
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1200px;
+padding:0 1em;color:#222}
+table{border-collapse:collapse;font-size:13px;margin:1em 0}
+th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}
+th:first-child,td:first-child{text-align:left}
+tr:first-child td{font-weight:bold;background:#f4f4f4}
+img{max-width:100%;margin:0.5em 0}
+pre{white-space:pre-wrap;word-break:break-word;background:#f7f7f7;padding:0.6em;
+font-size:12px;max-height:22em;overflow:auto;border:1px solid #e3e3e3}
+details{margin:0.4em 0}summary{cursor:pointer;font-weight:bold}
+.summary{font-size:1.1em;padding:0.8em;background:#eef5ff;border-left:4px solid #1f77b4}
+.meta{color:#666;font-size:12px}
+"""
+
+
+def _esc(s: Any) -> str:
+    return html.escape(str(s), quote=True)
+
+
+def html_page(report: Report, pngs: Mapping[str, bytes]) -> str:
+    """``report.html``: one file, plots inlined as base64."""
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        "<title>distprompt representativeness report</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>Representativeness report</h1>",
+        f'<p class="summary">{_esc(report.summary)}</p>',
+        "<table><tr>" + "".join(f"<th>{_esc(h)}</th>" for h in _HEAD) + "</tr>",
+    ]
+    for r in _rows(report):
+        cells = [c.replace("**", "") for c in r]
+        parts.append("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>")
+    parts.append("</table>")
+    parts.append("<h2>Definitions</h2><ul>")
+    for k, v in report.meta.get("definitions", {}).items():
+        parts.append(f"<li><b>{_esc(k)}</b>: {_esc(v)}</li>")
+    parts.append("</ul>")
+    meta = {k: v for k, v in report.meta.items() if k != "definitions"}
+    if meta:
+        run = ", ".join(f"{k}={v}" for k, v in sorted(meta.items()))
+        parts.append(f'<p class="meta">Run: {_esc(run)}</p>')
+    parts.append("<h2>Plots</h2>")
+    for name, data in pngs.items():
+        uri = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+        parts.append(f'<div><img alt="{_esc(name)}" src="{uri}"></div>')
+    parts.append("<h2>Example prompts per source and cluster</h2>")
+    parts.append(
+        '<p class="meta">Each suite item is the representative of its cluster: the candidates '
+        "nearest to it. Size = candidates it stands for; weight = their share of the source.</p>"
+    )
+    for source, examples in report.examples.items():
+        parts.append(f"<details><summary>{_esc(source)} — {len(examples)} clusters</summary>")
+        for ex in examples:
+            parts.append(
+                f"<h4>cluster {ex['cluster']} · {ex['cluster_size']} candidates · weight "
+                f"{ex['weight']} · {ex['n_prompt_tokens']} prompt / {ex['n_response_tokens']} "
+                f"response tokens · <code>{_esc(ex['where'])}</code> · "
+                f"<code>{_esc(ex['id'])}</code></h4>"
+            )
+            parts.append(f"<pre>{_esc(ex['prompt'])}</pre>")
+        parts.append("</details>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,797 @@
+"""What is in a corpus, from one streaming pass — before any decision is made.
+
+:func:`inspect_corpus` reuses the suite's pass (:func:`distprompt.sample.scan`, with bad rows
+counted and skipped rather than raised), so the figures are the ones an export would see: shards,
+rows and bytes; per source the share of rows and of tokens, exact length quantiles, trained
+assistant turns (runs of 1s in ``loss_mask``), duplicate prompts (exact up to the pool size, a
+k-minimum-values estimate beyond) and every schema anomaly by kind with its first ``shard:line``.
+
+With a tokenizer three checks say whether it is the data's:
+
+* ``vocabulary`` — every token id is below the tokenizer's vocabulary size;
+* ``template_markers`` — the markers the chat template puts in every prompt are in every prompt:
+  the ids common to the start of every rendered probe conversation (e.g. ``<|im_start|>`` or a BOS
+  token) open each prompt, and the generation prompt (what ``add_generation_prompt`` appends,
+  e.g. ``<|im_start|>assistant\\n``) occurs in each prompt. Both are learned by rendering probe
+  conversations through the tokenizer's own template, so nothing is model specific;
+* ``round_trip`` — decoded prompts of a uniform sample re-encode to the same ids.
+
+A check fails when more than :data:`MISMATCH_SHARE` of the rows fail it (``vocabulary``,
+``template_markers``) or when fewer than :data:`MIN_ROUND_TRIP` of the sampled prompts round-trip;
+:meth:`CorpusInfo.raise_for_mismatch` then raises a :class:`~distprompt.errors.TokenizerError`
+that names the check and the rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from distprompt.errors import TemplateError, TokenizerError
+from distprompt.records import Row
+
+__all__ = [
+    "MIN_ROUND_TRIP",
+    "MISMATCH_SHARE",
+    "Anomaly",
+    "Check",
+    "CorpusInfo",
+    "Quantiles",
+    "ShardFigures",
+    "SourceFigures",
+    "TokenizerFigures",
+    "inspect_corpus",
+    "learn_markers",
+    "length_quantiles",
+]
+
+logger = logging.getLogger("distprompt.corpus")
+
+#: A row-level check fails when more than this share of the rows fail it.
+MISMATCH_SHARE = 0.01
+#: The round-trip check fails when fewer than this share of sampled prompts re-encode exactly.
+MIN_ROUND_TRIP = 0.5
+
+_PROBES: tuple[tuple[dict[str, str], ...], ...] = (
+    ({"role": "user", "content": "Hello there, how are you?"},),
+    (
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is 2 + 2?"},
+    ),
+    (
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello! What can I do?"},
+        {"role": "user", "content": "Name a colour."},
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Quantiles:
+    """Nearest-rank quantiles of a length distribution (in tokens)."""
+
+    min: int
+    p50: int
+    p90: int
+    p99: int
+    max: int
+    mean: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "min": self.min,
+            "p50": self.p50,
+            "p90": self.p90,
+            "p99": self.p99,
+            "max": self.max,
+            "mean": round(self.mean, 3),
+        }
+
+
+def length_quantiles(counts: Mapping[int, int]) -> Quantiles | None:
+    """Nearest-rank quantiles of an exact length histogram (``{length: rows}``).
+
+    ``pXX`` is the smallest length ``v`` with at least ``XX%`` of the rows at or below ``v``.
+
+    Example:
+        >>> q = length_quantiles({n: 1 for n in range(1, 101)})
+        >>> (q.p50, q.p90, q.p99, q.max)
+        (50, 90, 99, 100)
+    """
+    items = sorted((int(k), int(v)) for k, v in counts.items() if v > 0)
+    if not items:
+        return None
+    vals = np.array([k for k, _ in items], dtype=np.int64)
+    cnt = np.array([v for _, v in items], dtype=np.int64)
+    cum = np.cumsum(cnt)
+    n = int(cum[-1])
+
+    def q(p: float) -> int:
+        rank = max(1, int(np.ceil(round(p * n, 9))))
+        return int(vals[int(np.searchsorted(cum, rank))])
+
+    mean = float((vals * cnt).sum() / n)
+    return Quantiles(
+        min=int(vals[0]), p50=q(0.5), p90=q(0.9), p99=q(0.99), max=int(vals[-1]), mean=mean
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ShardFigures:
+    """One shard: its name relative to DATA, its size on disk and its valid rows."""
+
+    name: str
+    bytes: int
+    rows: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "bytes": self.bytes, "rows": self.rows}
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFigures:
+    """What one source holds.
+
+    Attributes:
+        source: The source name.
+        rows: Valid rows.
+        share_rows: Share of the corpus's valid rows.
+        tokens: Sum of ``seq_len`` (prompt + response tokens).
+        share_tokens: Share of the corpus's tokens.
+        prompt_tokens: Quantiles of ``n_prompt_tokens``.
+        response_tokens: Quantiles of ``n_response_tokens``.
+        total_tokens: Quantiles of ``seq_len``.
+        trained_turns: ``total`` trained assistant turns (runs of 1s in ``loss_mask``), ``mean``
+            and ``max`` per row, ``rows_multi`` rows with more than one.
+        unique_prompts: Distinct prompts (exact when ``unique_exact``, else a KMV estimate).
+        unique_exact: Whether ``unique_prompts`` is exact.
+        duplicate_rows: Rows whose prompt an earlier row already had (``rows - unique``).
+        flags: Valid rows flagged by a check, by reason.
+        round_trip: Share of the sampled prompts that decode and re-encode to the same ids
+            (None without a tokenizer).
+        round_trip_sampled: How many prompts were sampled for it.
+        prompt_lengths: Exact histogram ``{n_prompt_tokens: rows}``.
+        response_lengths: Exact histogram ``{n_response_tokens: rows}``.
+        total_lengths: Exact histogram ``{seq_len: rows}``.
+    """
+
+    source: str
+    rows: int
+    share_rows: float
+    tokens: int
+    share_tokens: float
+    prompt_tokens: Quantiles | None
+    response_tokens: Quantiles | None
+    total_tokens: Quantiles | None
+    trained_turns: dict[str, float]
+    unique_prompts: int
+    unique_exact: bool
+    duplicate_rows: int
+    flags: dict[str, int]
+    round_trip: float | None = None
+    round_trip_sampled: int = 0
+    prompt_lengths: dict[int, int] = field(default_factory=dict, repr=False)
+    response_lengths: dict[int, int] = field(default_factory=dict, repr=False)
+    total_lengths: dict[int, int] = field(default_factory=dict, repr=False)
+
+    def to_dict(self, *, histograms: bool = False) -> dict[str, Any]:
+        """JSON object; the exact histograms only when ``histograms``."""
+        d: dict[str, Any] = {
+            "rows": self.rows,
+            "share_rows": round(self.share_rows, 6),
+            "tokens": self.tokens,
+            "share_tokens": round(self.share_tokens, 6),
+            "prompt_tokens": self.prompt_tokens.to_dict() if self.prompt_tokens else None,
+            "response_tokens": self.response_tokens.to_dict() if self.response_tokens else None,
+            "total_tokens": self.total_tokens.to_dict() if self.total_tokens else None,
+            "trained_turns": self.trained_turns,
+            "unique_prompts": self.unique_prompts,
+            "unique_exact": self.unique_exact,
+            "duplicate_rows": self.duplicate_rows,
+            "flags": dict(sorted(self.flags.items())),
+            "round_trip": None if self.round_trip is None else round(self.round_trip, 6),
+            "round_trip_sampled": self.round_trip_sampled,
+        }
+        if histograms:
+            for name in ("prompt_lengths", "response_lengths", "total_lengths"):
+                d[name] = {str(k): v for k, v in sorted(getattr(self, name).items())}
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    """A kind of schema problem: how many lines, and the first ``shard:line``.
+
+    ``skipped`` lines were not valid rows (left out of every figure); the others are noted:
+    valid rows a check flagged (still counted in the figures) and blank lines.
+    """
+
+    kind: str
+    count: int
+    first: str
+    skipped: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "first": self.first, "skipped": self.skipped}
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """The outcome of one tokenizer check.
+
+    Attributes:
+        name: ``vocabulary``, ``template_markers`` or ``round_trip``.
+        passed: True, False, or None when the check could not run.
+        checked: Rows (or sampled prompts) checked.
+        failed: How many of them failed.
+        first: ``shard:line`` of the first failure.
+        by_source: Failures per source.
+        detail: One readable sentence.
+    """
+
+    name: str
+    passed: bool | None
+    checked: int
+    failed: int
+    first: str | None
+    by_source: dict[str, int]
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "checked": self.checked,
+            "failed": self.failed,
+            "first": self.first,
+            "by_source": dict(sorted(self.by_source.items())),
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TokenizerFigures:
+    """The tokenizer checked against the data, the markers learned from it, and the checks."""
+
+    name: str
+    vocab_size: int
+    has_chat_template: bool
+    start_markers: str
+    generation_prompt: str
+    checks: tuple[Check, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "vocab_size": self.vocab_size,
+            "has_chat_template": self.has_chat_template,
+            "start_markers": self.start_markers,
+            "generation_prompt": self.generation_prompt,
+            "checks": {c.name: c.to_dict() for c in self.checks},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CorpusInfo:
+    """Result of :func:`inspect_corpus`.
+
+    Attributes:
+        shards: Each shard, in sorted order.
+        rows: Valid rows in the corpus.
+        bytes: Bytes on disk of all shards.
+        sources: Figures per source, by source name (sorted).
+        anomalies: Schema anomalies by kind (skipped rows and flagged valid rows).
+        tokenizer: Tokenizer checks, when a tokenizer was given.
+    """
+
+    shards: tuple[ShardFigures, ...]
+    rows: int
+    bytes: int
+    sources: dict[str, SourceFigures]
+    anomalies: dict[str, Anomaly]
+    tokenizer: TokenizerFigures | None = None
+
+    @property
+    def skipped_rows(self) -> int:
+        """Lines that were not valid rows."""
+        return sum(a.count for a in self.anomalies.values() if a.skipped)
+
+    def to_dict(self, *, histograms: bool = False) -> dict[str, Any]:
+        """The ``inspect --json`` object: ``sources`` maps each source to its figures."""
+        return {
+            "shards": [s.to_dict() for s in self.shards],
+            "n_shards": len(self.shards),
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "skipped_rows": self.skipped_rows,
+            "sources": {name: f.to_dict(histograms=histograms) for name, f in self.sources.items()},
+            "anomalies": {k: a.to_dict() for k, a in sorted(self.anomalies.items())},
+            "tokenizer": self.tokenizer.to_dict() if self.tokenizer else None,
+            "mismatch": self.mismatch,
+        }
+
+    @property
+    def mismatch(self) -> str | None:
+        """Why the tokenizer evidently is not the data's (one line per failed check), or None."""
+        if self.tokenizer is None:
+            return None
+        failed = [c for c in self.tokenizer.checks if c.passed is False]
+        if not failed:
+            return None
+        return "\n".join(
+            f"tokenizer {self.tokenizer.name!r} does not match the data: {c.name} check failed — "
+            f"{c.detail}; pass the tokenizer the data was made with"
+            for c in failed
+        )
+
+    def raise_for_mismatch(self) -> None:
+        """Raise :class:`~distprompt.errors.TokenizerError` when a tokenizer check failed."""
+        msg = self.mismatch
+        if msg is not None:
+            raise TokenizerError(msg)
+
+    def table(self) -> str:
+        """A readable plain-text summary for the terminal."""
+        return _table(self)
+
+
+# ---------------------------------------------------------------------------------------------
+# tokenizer markers and the per-row check
+# ---------------------------------------------------------------------------------------------
+
+
+def _render(tok: Any, messages: Sequence[dict[str, str]], *, gen: bool) -> list[int]:
+    out = tok.apply_chat_template(list(messages), tokenize=True, add_generation_prompt=gen)
+    if hasattr(out, "keys"):  # transformers 5 returns a BatchEncoding
+        out = out["input_ids"]
+    return [int(i) for i in out]
+
+
+def _common_prefix(seqs: Sequence[Sequence[int]]) -> list[int]:
+    if not seqs:
+        return []
+    n = min(len(s) for s in seqs)
+    out: list[int] = []
+    for i in range(n):
+        v = seqs[0][i]
+        if any(s[i] != v for s in seqs[1:]):
+            break
+        out.append(v)
+    return out
+
+
+def learn_markers(tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Learn, from the chat template, the ids every prompt starts with and the generation prompt.
+
+    Probe conversations (user only, system + user, a multi-turn chat) are rendered with and
+    without ``add_generation_prompt``. The start markers are the ids common to the start of every
+    render; the generation prompt is what ``add_generation_prompt`` appends, when it is the same
+    for every probe.
+
+    Raises:
+        TemplateError: No chat template, or it renders none of the probes.
+
+    Example:
+        >>> start, gen = learn_markers(tok)  # doctest: +SKIP
+        >>> tok.decode(list(gen))  # doctest: +SKIP
+        '<|im_start|>assistant\\n'
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        raise TemplateError("expected a tokenizer with a chat template, found none")
+    with_gen: list[list[int]] = []
+    suffixes: list[tuple[int, ...]] = []
+    errors: list[str] = []
+    for probe in _PROBES:
+        try:
+            a = _render(tokenizer, probe, gen=True)
+            b = _render(tokenizer, probe, gen=False)
+        except Exception as exc:  # templates raise anything (jinja, ValueError, ...)
+            errors.append(f"{type(exc).__name__}: {exc}")
+            continue
+        with_gen.append(a)
+        common = len(_common_prefix([a, b]))
+        suffixes.append(tuple(a[common:]))
+    if not with_gen:
+        raise TemplateError(
+            "expected a chat template that renders simple conversations, found errors: "
+            + "; ".join(errors[:2])
+        )
+    start = tuple(_common_prefix(with_gen)) if len(with_gen) > 1 else ()
+    gen = suffixes[0] if suffixes and all(s == suffixes[0] for s in suffixes) else ()
+    return start, gen
+
+
+@dataclass(frozen=True, slots=True)
+class _RowCheck:
+    """Per-row tokenizer checks run inside the pass (picklable for worker processes)."""
+
+    vocab_size: int
+    start: tuple[int, ...]
+    gen: tuple[int, ...]
+
+    def __call__(self, row: Row) -> list[str]:
+        out: list[str] = []
+        ids = row.input_ids
+        if ids.size and int(ids.max()) >= self.vocab_size:
+            out.append("id_out_of_vocab")
+        prompt = row.prompt_ids
+        if self.start and (
+            prompt.shape[0] < len(self.start)
+            or not np.array_equal(prompt[: len(self.start)], np.asarray(self.start))
+        ):
+            out.append("template_start_missing")
+        if self.gen and not _contains(prompt, np.asarray(self.gen, dtype=np.int64)):
+            out.append("generation_prompt_missing")
+        return out
+
+
+def _contains(hay: np.ndarray, needle: np.ndarray) -> bool:
+    m = needle.shape[0]
+    if m == 0:
+        return True
+    if hay.shape[0] < m:
+        return False
+    if np.array_equal(hay[-m:], needle):  # where it usually is: at the end
+        return True
+    for c in np.flatnonzero(hay[: hay.shape[0] - m + 1] == needle[0]):
+        if np.array_equal(hay[c : c + m], needle):
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# the pass
+# ---------------------------------------------------------------------------------------------
+
+
+def inspect_corpus(
+    data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    tokenizer: Any = None,
+    workers: int = 1,
+    progress: bool = False,
+    round_trip_sample: int = 64,
+    max_candidates: int = 4096,
+    seed: int = 0,
+) -> CorpusInfo:
+    """Figures of a corpus from one streaming pass, and (with a tokenizer) whether it matches.
+
+    Bad rows never stop the pass: they are counted by kind with their first ``shard:line``.
+    Memory is bounded by ``max_candidates`` prompts per source (the pool that counts distinct
+    prompts and provides the round-trip sample) and by the number of distinct lengths.
+
+    Args:
+        data: A directory (searched recursively), a glob, a shard file, or a list of those.
+        tokenizer: Local tokenizer folder, ``tokenizer.json``, hub id or loaded tokenizer; None
+            skips the tokenizer checks.
+        workers: Processes reading shards in parallel (does not change the result).
+        progress: Progress bar on stderr.
+        round_trip_sample: Prompts per source decoded and re-encoded for the round-trip rate.
+        max_candidates: Unique prompts kept per source; distinct counts are exact up to it.
+        seed: Selects which uniform sample of prompts is kept.
+
+    Returns:
+        The :class:`CorpusInfo`; a failed tokenizer check is in ``info.mismatch`` (call
+        :meth:`CorpusInfo.raise_for_mismatch` to turn it into an error).
+
+    Raises:
+        InputError: DATA has no readable shard.
+        TokenizerError: The tokenizer cannot be loaded.
+
+    Example:
+        >>> from distprompt import inspect_corpus
+        >>> info = inspect_corpus("data_samples/prepared")  # doctest: +SKIP
+        >>> info.sources["glaive"].prompt_tokens.p50  # doctest: +SKIP
+        256
+    """
+    from distprompt.decode import load_tokenizer
+    from distprompt.sample import scan
+    from distprompt.shards import discover_shards
+
+    shards = discover_shards(data)
+    tok = tinfo = None
+    check: _RowCheck | None = None
+    start: tuple[int, ...] = ()
+    gen: tuple[int, ...] = ()
+    template_note = ""
+    if tokenizer is not None:
+        tok, tinfo = load_tokenizer(tokenizer)
+        try:
+            start, gen = learn_markers(tok)
+        except TemplateError as exc:
+            template_note = str(exc)
+        check = _RowCheck(vocab_size=tinfo.vocab_size, start=start, gen=gen)
+    part = scan(
+        shards,
+        max_candidates=max_candidates,
+        seed=seed,
+        skip_bad_rows=True,
+        workers=workers,
+        progress=progress,
+        check=check,
+    )
+    total_rows = sum(st.rows for st in part.stats.values())
+    total_tokens = sum(_weighted_sum(st.seq_lengths) for st in part.stats.values())
+    round_trips: dict[str, tuple[int, int, str | None]] = {}
+    if tok is not None and tinfo is not None:
+        for src in sorted(part.stats):
+            round_trips[src] = _round_trip(
+                tok, part.pools[src].candidates()[:round_trip_sample], tinfo.vocab_size
+            )
+    sources: dict[str, SourceFigures] = {}
+    for src in sorted(part.stats):
+        st = part.stats[src]
+        unique, exact = part.pools[src].distinct()
+        tokens = _weighted_sum(st.seq_lengths)
+        rt = round_trips.get(src)
+        sources[src] = SourceFigures(
+            source=src,
+            rows=st.rows,
+            share_rows=st.rows / total_rows if total_rows else 0.0,
+            tokens=tokens,
+            share_tokens=tokens / total_tokens if total_tokens else 0.0,
+            prompt_tokens=length_quantiles(st.prompt_lengths),
+            response_tokens=length_quantiles(st.response_lengths),
+            total_tokens=length_quantiles(st.seq_lengths),
+            trained_turns=_turns(st.trained_turns, st.rows),
+            unique_prompts=min(unique, st.rows),
+            unique_exact=exact,
+            duplicate_rows=max(0, st.rows - unique),
+            flags=dict(sorted(st.flags.items())),
+            round_trip=(rt[0] / rt[1] if rt and rt[1] else None),
+            round_trip_sampled=rt[1] if rt else 0,
+            prompt_lengths=dict(sorted(st.prompt_lengths.items())),
+            response_lengths=dict(sorted(st.response_lengths.items())),
+            total_lengths=dict(sorted(st.seq_lengths.items())),
+        )
+    anomalies: dict[str, Anomaly] = {}
+    for kind, n in part.skipped.items():
+        anomalies[kind] = Anomaly(kind, n, part.first_skip.get(kind, "?"), skipped=True)
+    for kind, n in part.anomalies.items():
+        anomalies[kind] = Anomaly(kind, n, part.first_anomaly.get(kind, "?"), skipped=False)
+    tfig = None
+    if tok is not None and tinfo is not None:
+        tfig = TokenizerFigures(
+            name=tinfo.name,
+            vocab_size=tinfo.vocab_size,
+            has_chat_template=tinfo.has_chat_template,
+            start_markers=_show(tok, start),
+            generation_prompt=_show(tok, gen),
+            checks=_checks(
+                part,
+                sources,
+                total_rows,
+                tinfo.vocab_size,
+                tok,
+                start,
+                gen,
+                template_note,
+                round_trips,
+            ),
+        )
+    return CorpusInfo(
+        shards=tuple(
+            ShardFigures(name=s.name, bytes=s.size, rows=part.shard_rows.get(s.name, 0))
+            for s in shards
+        ),
+        rows=total_rows,
+        bytes=sum(s.size for s in shards),
+        sources=sources,
+        anomalies=dict(sorted(anomalies.items())),
+        tokenizer=tfig,
+    )
+
+
+def _weighted_sum(counter: Mapping[int, int]) -> int:
+    return int(sum(int(k) * int(v) for k, v in counter.items()))
+
+
+def _turns(counter: Mapping[int, int], rows: int) -> dict[str, float]:
+    total = _weighted_sum(counter)
+    return {
+        "total": total,
+        "mean": round(total / rows, 3) if rows else 0.0,
+        "max": max(counter) if counter else 0,
+        "rows_multi": int(sum(v for k, v in counter.items() if k > 1)),
+        "rows_none": int(counter.get(0, 0)),
+    }
+
+
+def _show(tok: Any, ids: Sequence[int]) -> str:
+    from distprompt.decode import decode
+
+    return decode(tok, list(ids)) if ids else ""
+
+
+def _round_trip(tok: Any, cands: Sequence[Any], vocab_size: int) -> tuple[int, int, str | None]:
+    """``(ok, sampled, first failing shard:line)`` over candidates with in-vocabulary ids."""
+    from distprompt.decode import decode
+
+    ok = n = 0
+    first: str | None = None
+    for c in cands:
+        ids = c.prompt_ids
+        if ids.size and int(ids.max()) >= vocab_size:
+            continue
+        n += 1
+        text = decode(tok, ids.tolist())
+        again = tok.encode(text, add_special_tokens=False)
+        if list(again) == ids.tolist():
+            ok += 1
+        elif first is None or _loc_key(f"{c.provenance.shard}:{c.provenance.line}") < _loc_key(
+            first
+        ):
+            first = f"{c.provenance.shard}:{c.provenance.line}"
+    return ok, n, first
+
+
+def _loc_key(where: str) -> tuple[str, int]:
+    shard, _, line = where.rpartition(":")
+    return shard, int(line) if line.isdigit() else 0
+
+
+def _rows_check(
+    name: str,
+    reasons: Sequence[str],
+    part: Any,
+    total_rows: int,
+    what: str,
+) -> Check:
+    by_source: dict[str, int] = {}
+    for src, st in part.stats.items():
+        n = max((st.flags.get(r, 0) for r in reasons), default=0)
+        if n:
+            by_source[src] = n
+    failed = max((part.anomalies.get(r, 0) for r in reasons), default=0)
+    firsts = [part.first_anomaly[r] for r in reasons if r in part.first_anomaly]
+    first = min(firsts, key=_loc_key) if firsts else None
+    passed = failed <= MISMATCH_SHARE * total_rows
+    if failed:
+        srcs = ", ".join(f"{s}: {n}" for s, n in sorted(by_source.items()))
+        detail = f"{what} in {failed} of {total_rows} rows ({srcs}); first at {first}"
+    else:
+        detail = f"no {what} in {total_rows} rows"
+    return Check(name, passed, total_rows, failed, first, by_source, detail)
+
+
+def _checks(
+    part: Any,
+    sources: Mapping[str, SourceFigures],
+    total_rows: int,
+    vocab_size: int,
+    tok: Any,
+    start: Sequence[int],
+    gen: Sequence[int],
+    template_note: str,
+    round_trips: Mapping[str, tuple[int, int, str | None]],
+) -> tuple[Check, ...]:
+    vocab = _rows_check(
+        "vocabulary",
+        ["id_out_of_vocab"],
+        part,
+        total_rows,
+        f"token ids >= the vocabulary size {vocab_size}",
+    )
+    if template_note or (not start and not gen):
+        markers = Check(
+            "template_markers",
+            None,
+            0,
+            0,
+            None,
+            {},
+            f"not run: {template_note or 'the chat template has no fixed markers'}",
+        )
+    else:
+        parts = []
+        if start:
+            parts.append(f"start marker {_show(tok, start)!r}")
+        if gen:
+            parts.append(f"generation prompt {_show(tok, gen)!r}")
+        reasons = []
+        if start:
+            reasons.append("template_start_missing")
+        if gen:
+            reasons.append("generation_prompt_missing")
+        markers = _rows_check(
+            "template_markers", reasons, part, total_rows, " or ".join(parts) + " missing"
+        )
+    ok = sum(r[0] for r in round_trips.values())
+    n = sum(r[1] for r in round_trips.values())
+    firsts = [r[2] for r in round_trips.values() if r[2]]
+    first = min(firsts, key=_loc_key) if firsts else None
+    by_source = {s: r[1] - r[0] for s, r in round_trips.items() if r[1] - r[0]}
+    if n == 0:
+        rt = Check("round_trip", None, 0, 0, None, {}, "not run: no prompt in the vocabulary")
+    else:
+        rate = ok / n
+        srcs = ", ".join(
+            f"{s}: {100.0 * (sources[s].round_trip or 0.0):.0f}%" for s in sorted(by_source)
+        )
+        detail = (
+            f"{ok} of {n} sampled prompts ({100.0 * rate:.1f}%) decode and re-encode to the "
+            "same ids"
+        )
+        if by_source:
+            detail += f" (below 100%: {srcs}); first failure at {first}"
+        rt = Check("round_trip", rate >= MIN_ROUND_TRIP, n, n - ok, first, by_source, detail)
+    return (vocab, markers, rt)
+
+
+# ---------------------------------------------------------------------------------------------
+# the terminal table
+# ---------------------------------------------------------------------------------------------
+
+
+def _human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if size < 1000 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{n} B"
+
+
+def _grid(rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in rows
+    ]
+
+
+def _q(q: Quantiles | None) -> list[str]:
+    return [str(v) for v in (q.p50, q.p90, q.p99, q.max)] if q else ["-"] * 4
+
+
+def _table(info: CorpusInfo) -> str:
+    out = [
+        f"{len(info.shards)} shards, {info.rows:,} rows, {_human_bytes(info.bytes)}"
+        + (f", {info.skipped_rows:,} bad lines skipped" if info.skipped_rows else "")
+    ]
+    if info.sources:
+        mix: list[list[str]] = [
+            ["source", "rows", "rows%", "tokens", "tokens%", "unique", "dups", "turns", "flagged"]
+        ]
+        for name, f in info.sources.items():
+            mix.append(
+                [
+                    name,
+                    f"{f.rows:,}",
+                    f"{100 * f.share_rows:.1f}",
+                    f"{f.tokens:,}",
+                    f"{100 * f.share_tokens:.1f}",
+                    f"{f.unique_prompts:,}" + ("" if f.unique_exact else "~"),
+                    f"{f.duplicate_rows:,}",
+                    f"{f.trained_turns['mean']:.2f}",
+                    str(sum(f.flags.values())),
+                ]
+            )
+        out += ["", *_grid(mix)]
+        head = ["p50", "p90", "p99", "max"]
+        lens: list[list[str]] = [
+            ["tokens", *(f"prompt {h}" for h in head), *(f"resp {h}" for h in head)]
+            + [f"total {h}" for h in head]
+        ]
+        for name, f in info.sources.items():
+            lens.append([name, *_q(f.prompt_tokens), *_q(f.response_tokens), *_q(f.total_tokens)])
+        out += ["", *_grid(lens)]
+    if info.anomalies:
+        out += ["", "anomalies (kind: rows, first at):"]
+        for a in info.anomalies.values():
+            what = "skipped" if a.skipped else "flagged"
+            out.append(f"  {a.kind}: {a.count:,} {what}, first at {a.first}")
+    if info.tokenizer is not None:
+        t = info.tokenizer
+        out += ["", f"tokenizer {t.name} ({t.vocab_size:,} ids):"]
+        for c in t.checks:
+            state = {True: "ok", False: "FAILED", None: "skipped"}[c.passed]
+            out.append(f"  {c.name}: {state} — {c.detail}")
+    return "\n".join(out)

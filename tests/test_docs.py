@@ -1,0 +1,144 @@
+"""docs/: every CLI command and option is in docs/reference.md, in step with --help."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from conftest import REPO_ROOT
+
+DOCS = REPO_ROOT / "docs"
+REFERENCE = DOCS / "reference.md"
+_OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*|-[a-zA-Z])\b")
+
+
+def _click_app() -> Any:
+    import typer
+
+    from distprompt.cli import app
+
+    return typer.main.get_command(app)
+
+
+def _commands() -> dict[str, Any]:
+    return dict(_click_app().commands)
+
+
+def _section(name: str) -> str:
+    text = REFERENCE.read_text(encoding="utf-8")
+    m = re.search(rf"^## `distprompt {re.escape(name)}`\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert m, f"docs/reference.md has no section '## `distprompt {name}`'"
+    return m.group(1)
+
+
+def _global_section() -> str:
+    text = REFERENCE.read_text(encoding="utf-8")
+    m = re.search(r"^## Global options\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert m, "docs/reference.md has no '## Global options' section"
+    return m.group(1)
+
+
+def _documented(section: str) -> set[str]:
+    """Options written in backticks in a section (`--x`, `-x`, `--a` / `--b`)."""
+    found: set[str] = set()
+    section = re.sub(r"```.*?```", "", section, flags=re.S)  # usage blocks are not the list
+    for code in re.findall(r"`([^`]+)`", section):
+        if code.startswith("-"):
+            found.update(_OPTION.findall(code))
+    return found
+
+
+def _options(cmd: Any) -> set[str]:
+    out: set[str] = set()
+    for p in cmd.params:
+        if p.param_type_name == "option":
+            out.update(p.opts)
+            out.update(p.secondary_opts)
+    out.add("--help")
+    return out
+
+
+def _help(*args: str) -> str:
+    env = dict(os.environ, COLUMNS="250", NO_COLOR="1", TERM="dumb")
+    r = subprocess.run(
+        [sys.executable, "-m", "distprompt", *args, "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    return r.stdout
+
+
+def test_every_command_has_a_section() -> None:
+    text = REFERENCE.read_text(encoding="utf-8")
+    documented = set(re.findall(r"^## `distprompt ([\w-]+)`", text, re.M))
+    assert documented == set(_commands())
+    root_help = _help()
+    for name in _commands():
+        assert name in root_help
+
+
+@pytest.mark.parametrize("name", sorted(_commands()))
+def test_every_option_and_argument_is_documented(name: str) -> None:
+    cmd = _commands()[name]
+    section = _section(name)
+    documented = _documented(section)
+    opts = _options(cmd) - {"--help"}
+    assert opts <= documented, f"{name}: undocumented {sorted(opts - documented)}"
+    assert documented <= _options(cmd), f"{name}: stale {sorted(documented - _options(cmd))}"
+    for p in cmd.params:
+        if p.param_type_name == "argument":
+            assert f"`{p.name.upper()}" in section, f"{name}: argument {p.name.upper()}"
+    first_line = (cmd.help or "").strip().splitlines()[0]
+    assert first_line, f"{name} has no help text"
+
+
+@pytest.mark.parametrize("name", sorted(_commands()))
+def test_help_output_agrees_with_reference(name: str) -> None:
+    body = "\n".join(ln for ln in _help(name).splitlines() if "Usage:" not in ln)
+    shown = set(_OPTION.findall(body)) - {"--help"}
+    # --help output is what users see: each option in it is in the section, and vice versa
+    assert shown == _options(_commands()[name]) - {"--help"}  # the help text was read right
+    documented = _documented(_section(name))
+    assert shown <= documented, f"{name}: in --help, not in docs: {sorted(shown - documented)}"
+    assert documented - {"--help"} <= shown, (
+        f"{name}: in docs, not in --help: {sorted(documented - shown - {'--help'})}"
+    )
+
+
+def test_global_options_documented() -> None:
+    root = _click_app()
+    opts = _options(root) - {"--help"}
+    assert opts <= _documented(_global_section())
+
+
+def test_commands_in_docs_use_real_options() -> None:
+    """Every ``distprompt CMD --opt`` written anywhere in docs/ exists for that command."""
+    cmds = _commands()
+    pattern = re.compile(r"(?:python -m )?distprompt (\w+)((?:[^\n`|]|\\\n)*)")
+    for md in sorted(DOCS.glob("*.md")):
+        for m in pattern.finditer(md.read_text(encoding="utf-8")):
+            name, rest = m.group(1), m.group(2)
+            if name not in cmds:
+                continue
+            used = {o for o in _OPTION.findall(rest) if o.startswith("--")}
+            bad = used - _options(cmds[name])
+            assert not bad, f"{md.name}: `distprompt {name}` with unknown {sorted(bad)}"
+
+
+def test_pages_exist_and_formats_page_covers_every_format() -> None:
+    from distprompt.export import FORMATS
+
+    for page in ("quickstart.md", "concepts.md", "reference.md", "formats.md"):
+        assert (DOCS / page).is_file(), page
+    formats = (DOCS / "formats.md").read_text(encoding="utf-8")
+    for fmt in FORMATS:
+        assert f"`{fmt}`" in formats, f"formats.md does not mention format {fmt!r}"
+    for client in ("sglang.bench_serving", "vllm bench serve", "guidellm run", "aiperf profile"):
+        assert client in formats
