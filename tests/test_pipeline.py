@@ -21,8 +21,9 @@ def corpus(tmp_path_factory: pytest.TempPathFactory, qwen_tokenizer) -> Path:  #
 
 def test_counts_quota_and_shortfall(corpus: Path, qwen_dir: Path) -> None:
     warnings: list[str] = []
-    suite = build_suite(corpus, tokenizer=qwen_dir, per_source=8, recover_turns=False,
-                        warn=warnings.append)
+    suite = build_suite(
+        corpus, tokenizer=qwen_dir, per_source=8, recover_turns=False, warn=warnings.append
+    )
     by_source: dict[str, int] = {}
     for it in suite:
         by_source[it.source] = by_source.get(it.source, 0) + 1
@@ -58,15 +59,17 @@ def test_items_point_back_at_their_rows(corpus: Path, qwen_dir: Path, qwen_token
 
 
 def test_total_allocation(corpus: Path, qwen_dir: Path) -> None:
-    suite = build_suite(corpus, tokenizer=qwen_dir, total=12, allocation="equal",
-                        recover_turns=False)
+    suite = build_suite(
+        corpus, tokenizer=qwen_dir, total=12, allocation="equal", recover_turns=False
+    )
     m = suite.manifest["sources"]
     assert sum(s["target"] for s in m.values()) == 12
     assert {s: v["target"] for s, v in m.items()} == {"chat": 4, "code": 4, "tiny": 4}
 
 
-def test_same_result_for_any_shard_order_and_workers(tmp_path: Path, qwen_dir: Path,
-                                                     qwen_tokenizer) -> None:  # type: ignore[no-untyped-def]
+def test_same_result_for_any_shard_order_and_workers(
+    tmp_path: Path, qwen_dir: Path, qwen_tokenizer
+) -> None:  # type: ignore[no-untyped-def]
     rows = chat_rows(qwen_tokenizer, "chat", 50)
     files = [write_shard(tmp_path / f"part{i}.jsonl", rows[i::3]) for i in range(3)]
 
@@ -74,14 +77,23 @@ def test_same_result_for_any_shard_order_and_workers(tmp_path: Path, qwen_dir: P
         return [it.id for it in s]
 
     a = build_suite([str(f) for f in files], tokenizer=qwen_dir, per_source=6, recover_turns=False)
-    b = build_suite([str(f) for f in reversed(files)], tokenizer=qwen_dir, per_source=6,
-                    recover_turns=False, workers=2)
+    b = build_suite(
+        [str(f) for f in reversed(files)],
+        tokenizer=qwen_dir,
+        per_source=6,
+        recover_turns=False,
+        workers=2,
+    )
     assert ids(a) == ids(b)
     assert [it.provenance for it in a] == [it.provenance for it in b]
     assert a.manifest == b.manifest
     # The seed reaches every random choice: a random selection changes with it.
-    r0, r1 = (build_suite(tmp_path, tokenizer=qwen_dir, per_source=6, recover_turns=False,
-                          method="random", seed=s) for s in (0, 1))
+    r0, r1 = (
+        build_suite(
+            tmp_path, tokenizer=qwen_dir, per_source=6, recover_turns=False, method="random", seed=s
+        )
+        for s in (0, 1)
+    )
     assert ids(r0) != ids(r1)
 
 
@@ -94,13 +106,15 @@ def test_vocabulary_mismatch_names_tokenizer_and_row(corpus: Path, deepseek_dir:
     assert str(deepseek_dir) in msg
     # Skipping does not hide a wrong tokenizer either.
     with pytest.raises(TokenizerError):
-        build_suite(corpus, tokenizer=deepseek_dir, per_source=3, recover_turns=False,
-                    on_error="skip")
+        build_suite(
+            corpus, tokenizer=deepseek_dir, per_source=3, recover_turns=False, on_error="skip"
+        )
 
 
 def test_deepseek_corpus(tmp_path: Path, deepseek_dir: Path, deepseek_tokenizer) -> None:  # type: ignore[no-untyped-def]
-    write_shard(tmp_path / "B1_ds" / "tokenized_data.jsonl",
-                chat_rows(deepseek_tokenizer, "ds", 30))
+    write_shard(
+        tmp_path / "B1_ds" / "tokenized_data.jsonl", chat_rows(deepseek_tokenizer, "ds", 30)
+    )
     suite = build_suite(tmp_path, tokenizer=deepseek_dir, per_source=5, recover_turns=False)
     assert len(suite) == 5
     for it in suite:
@@ -115,8 +129,9 @@ def test_bad_row_policy(tmp_path: Path, qwen_dir: Path, qwen_tokenizer) -> None:
     write_shard(tmp_path / "s.jsonl", [*rows[:10], bad, *rows[10:]])
     with pytest.raises(DataError, match=r"^s.jsonl:11: expected seq_len"):
         build_suite(tmp_path, tokenizer=qwen_dir, per_source=3, recover_turns=False)
-    suite = build_suite(tmp_path, tokenizer=qwen_dir, per_source=3, recover_turns=False,
-                        on_error="skip")
+    suite = build_suite(
+        tmp_path, tokenizer=qwen_dir, per_source=3, recover_turns=False, on_error="skip"
+    )
     assert suite.manifest["counts"]["rows"] == 20
     assert suite.manifest["counts"]["skipped"] == {"seq_len_mismatch": 1}
     assert suite.manifest["counts"]["first_skipped"] == {"seq_len_mismatch": "s.jsonl:11"}
@@ -130,8 +145,9 @@ def test_config_errors_before_reading(tmp_path: Path, qwen_dir: Path) -> None:
         build_suite(tmp_path / "missing", tokenizer=qwen_dir, per_source=0)
 
 
-def test_save_load_roundtrip_and_refuse_occupied(corpus: Path, qwen_dir: Path,
-                                                 tmp_path: Path) -> None:
+def test_save_load_roundtrip_and_refuse_occupied(
+    corpus: Path, qwen_dir: Path, tmp_path: Path
+) -> None:
     suite = build_suite(corpus, tokenizer=qwen_dir, per_source=4)
     out = suite.save(tmp_path / "out")
     back = Suite.load(out)
@@ -157,3 +173,16 @@ def test_byte_identical_outputs(corpus: Path, qwen_dir: Path, tmp_path: Path) ->
     assert manifest["tokenizer"]["sha256"]
     assert manifest["corpus"]["fingerprint"]
     assert manifest["config"]["seed"] == 3
+
+
+def test_manifest_reports_template_and_fidelity(corpus: Path, qwen_dir: Path) -> None:
+    suite = build_suite(corpus, tokenizer=qwen_dir, per_source=4)
+    m = suite.manifest
+    assert m["template"]["generation_prompt"] == "<|im_start|>assistant\n"
+    assert m["template"]["drops_earlier_reasoning"] is True  # Qwen3 strips earlier <think>
+    assert all(it.fidelity == "tokens" for it in suite)
+    assert m["fidelity_issues"] == []
+    assert sum(sum(s["fidelity"].values()) for s in m["sources"].values()) == len(suite)
+    off = build_suite(corpus, tokenizer=qwen_dir, per_source=4, recover_turns=False)
+    assert off.manifest["template"] is None
+    assert all(it.messages is None and it.fidelity is None for it in off)

@@ -177,9 +177,7 @@ def build_suite(
     evidence: dict[str, SourceEvidence | None] = {}
     for source in sorted(part.stats):
         cands = part.pools[source].candidates()
-        chosen, evidence[source] = _select_source(
-            cands, quotas[source], config, part.stats[source]
-        )
+        chosen, evidence[source] = _select_source(cands, quotas[source], config, part.stats[source])
         selected_counts[source] = len(chosen)
         for cluster, (cand, size, weight) in enumerate(chosen):
             items.append(
@@ -197,6 +195,12 @@ def build_suite(
     manifest = _manifest(
         config, tinfo, shards, part, quotas, selected_counts, items, warnings, data=data
     )
+    manifest["template"] = _template_summary(profile)
+    manifest["fidelity_issues"] = [
+        {"id": it.id, "source": it.source, "fidelity": it.fidelity, "reason": it.fidelity_reason}
+        for it in items
+        if it.fidelity not in (None, "tokens")
+    ]
     report = build_report(
         evidence,
         stats=part.stats,
@@ -205,6 +209,24 @@ def build_suite(
         meta={"method": config.method, "seed": config.seed},
     )
     return Suite(items, manifest, report=report)
+
+
+def _template_summary(profile: Any) -> dict[str, Any] | None:
+    """What turn recovery learned from the chat template, for the manifest."""
+    if profile is None:
+        return None
+    return {
+        "sha256": profile.template_sha256,
+        "generation_prompt": profile.generation_prompt,
+        "role_markers": dict(sorted(profile.role_markers().items())),
+        "template_adds_bos": profile.template_adds_bos,
+        "supports_system": profile.supports_system,
+        "supports_tools": profile.supports_tools,
+        "supports_tool_calls": profile.supports_tool_calls,
+        # A template that drops earlier reasoning cannot round-trip such prompts by design.
+        "drops_earlier_reasoning": profile.drops_earlier_reasoning,
+        "failed_probes": sorted(profile.failed_probes),
+    }
 
 
 def _check_vocab(part: Partial, tinfo: TokenizerInfo) -> None:
