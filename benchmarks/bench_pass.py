@@ -98,15 +98,31 @@ def main() -> int:
         res = {}
         for which in ("baseline", "distprompt"):
             out = subprocess.run(
-                [sys.executable, __file__, "--child", which, "--data", tmp,
-                 "--max-candidates", str(a.max_candidates), "--workers", str(a.workers)],
-                capture_output=True, text=True, check=True,
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    which,
+                    "--data",
+                    tmp,
+                    "--max-candidates",
+                    str(a.max_candidates),
+                    "--workers",
+                    str(a.workers),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
             )
             res[which] = json.loads(out.stdout.strip().splitlines()[-1])
-            print(f"{which:>10}: {res[which]['seconds']:.1f} s, peak {res[which]['peak_mib']:.0f} MiB")
+            print(
+                f"{which:>10}: {res[which]['seconds']:.1f} s, peak {res[which]['peak_mib']:.0f} MiB"
+            )
         b, d = res["baseline"], res["distprompt"]
-        print(f"ratio distprompt/baseline: time {d['seconds'] / b['seconds']:.2f}, "
-              f"peak memory {d['peak_mib'] / b['peak_mib']:.2f}")
+        print(
+            f"ratio distprompt/baseline: time {d['seconds'] / b['seconds']:.2f}, "
+            f"peak memory {d['peak_mib'] / b['peak_mib']:.2f}"
+        )
     return 0
 
 

@@ -10,9 +10,18 @@ from pathlib import Path
 from typing import Any
 
 TOPICS = [
-    "sorting a list in Python", "Rust lifetimes", "French onion soup", "quantum entanglement",
-    "tax law in Germany", "soccer tactics", "SQL window functions", "the Krebs cycle",
-    "日本の歴史", "la révolution française", "kubernetes networking", "emoji 🎉 usage",
+    "sorting a list in Python",
+    "Rust lifetimes",
+    "French onion soup",
+    "quantum entanglement",
+    "tax law in Germany",
+    "soccer tactics",
+    "SQL window functions",
+    "the Krebs cycle",
+    "日本の歴史",
+    "la révolution française",
+    "kubernetes networking",
+    "emoji 🎉 usage",
 ]
 FILLER = ["very", "quite", "some", "details", "please", "explain", "carefully", "example"]
 
@@ -22,7 +31,11 @@ def _ids(enc: Any) -> list[int]:
 
 
 def row_from_messages(
-    tokenizer: Any, messages: Sequence[dict[str, Any]], source: str, *, train_turn: int = 0,
+    tokenizer: Any,
+    messages: Sequence[dict[str, Any]],
+    source: str,
+    *,
+    train_turn: int = 0,
     tools: Sequence[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """A training row: the prompt ends at the generation prompt of assistant turn ``train_turn``."""
@@ -30,13 +43,19 @@ def row_from_messages(
     k = asst[train_turn]
     kw: dict[str, Any] = {"tools": list(tools)} if tools else {}
     full = _ids(tokenizer.apply_chat_template(list(messages), tokenize=True, **kw))
-    prompt = _ids(tokenizer.apply_chat_template(list(messages[:k]), tokenize=True,
-                                                add_generation_prompt=True, **kw))
+    prompt = _ids(
+        tokenizer.apply_chat_template(
+            list(messages[:k]), tokenize=True, add_generation_prompt=True, **kw
+        )
+    )
     assert full[: len(prompt)] == prompt
     mask = [0] * len(prompt) + [1] * (len(full) - len(prompt))
     return {
-        "input_ids": full, "loss_mask": mask, "seq_len": len(full),
-        "n_prompt_tokens": len(prompt), "n_response_tokens": len(full) - len(prompt),
+        "input_ids": full,
+        "loss_mask": mask,
+        "seq_len": len(full),
+        "n_prompt_tokens": len(prompt),
+        "n_response_tokens": len(full) - len(prompt),
         "source": source,
     }
 
@@ -73,7 +92,12 @@ def write_shard(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
 
 
 def make_corpus(
-    root: Path, tokenizer: Any, sizes: dict[str, int], *, seed: int = 0, dup_every: int = 0,
+    root: Path,
+    tokenizer: Any,
+    sizes: dict[str, int],
+    *,
+    seed: int = 0,
+    dup_every: int = 0,
 ) -> Path:
     """``prepared/<ID>_<source>/tokenized_data.jsonl`` for each source; optional exact dups."""
     prepared = root / "prepared"

@@ -12,9 +12,24 @@ from distprompt import errors
 def test_all_is_complete_and_importable() -> None:
     public = {n for n in dir(distprompt) if not n.startswith("_")} - {
         # submodules are reachable as attributes once imported; they are not the API
-        "cli", "cluster", "config", "decode", "errors", "export", "pipeline", "records",
-        "sample", "select", "shards", "stratify", "suite", "template", "turns", "vectorize",
-        "corpus", "report",
+        "cli",
+        "cluster",
+        "config",
+        "decode",
+        "errors",
+        "export",
+        "pipeline",
+        "records",
+        "sample",
+        "select",
+        "shards",
+        "stratify",
+        "suite",
+        "template",
+        "turns",
+        "vectorize",
+        "corpus",
+        "report",
     }
     assert public <= set(distprompt.__all__)
     for name in distprompt.__all__:
@@ -31,8 +46,10 @@ def test_errors_inherit_builtins() -> None:
 
 
 def test_import_is_light() -> None:
-    code = ("import sys, distprompt, distprompt.cli; "
-            "print(sorted(m for m in ('transformers', 'sklearn', 'datasets', 'matplotlib') "
-            "if m in sys.modules))")
+    code = (
+        "import sys, distprompt, distprompt.cli; "
+        "print(sorted(m for m in ('transformers', 'sklearn', 'datasets', 'matplotlib') "
+        "if m in sys.modules))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "[]"

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import orjson
 import pytest
-from factories import make_corpus
 
 from distprompt.cli import main
+
+from factories import make_corpus
 
 
 @pytest.fixture(scope="module")
@@ -21,15 +22,36 @@ def corpus(tmp_path_factory: pytest.TempPathFactory, qwen_tokenizer) -> Path:  #
 
 def test_export_in_process(corpus: Path, qwen_dir: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "out"
-    code = main(["export", str(corpus), "--tokenizer", str(qwen_dir), "--per-source", "15",
-                 "--out", str(out), "--seed", "2"])
+    code = main(
+        [
+            "export",
+            str(corpus),
+            "--tokenizer",
+            str(qwen_dir),
+            "--per-source",
+            "15",
+            "--out",
+            str(out),
+            "--seed",
+            "2",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 0, err
     lines = (out / "suite.jsonl").read_bytes().splitlines()
     assert len(lines) == 15 + 12
     item = orjson.loads(lines[0])
-    for key in ("id", "source", "prompt", "n_prompt_tokens", "n_response_tokens", "cluster",
-                "cluster_size", "weight", "provenance"):
+    for key in (
+        "id",
+        "source",
+        "prompt",
+        "n_prompt_tokens",
+        "n_response_tokens",
+        "cluster",
+        "cluster_size",
+        "weight",
+        "provenance",
+    ):
         assert key in item
     assert set(item["provenance"]) == {"shard", "line", "offset"}
     manifest = orjson.loads((out / "manifest.json").read_bytes())
@@ -40,8 +62,24 @@ def test_export_in_process(corpus: Path, qwen_dir: Path, tmp_path: Path, capsys)
     # an occupied OUT is refused before any reading
     assert main(["export", str(corpus), "--tokenizer", str(qwen_dir), "--out", str(out)]) == 2
     assert "--overwrite" in capsys.readouterr().err
-    assert main(["export", str(corpus), "--tokenizer", str(qwen_dir), "--out", str(out),
-                 "--overwrite", "--total", "10", "--allocation", "sqrt"]) == 0
+    assert (
+        main(
+            [
+                "export",
+                str(corpus),
+                "--tokenizer",
+                str(qwen_dir),
+                "--out",
+                str(out),
+                "--overwrite",
+                "--total",
+                "10",
+                "--allocation",
+                "sqrt",
+            ]
+        )
+        == 0
+    )
     assert len((out / "suite.jsonl").read_bytes().splitlines()) == 10
 
 
@@ -49,8 +87,9 @@ def test_bad_input_exit_code_and_one_line(tmp_path: Path, qwen_dir: Path, capsys
     shard = tmp_path / "d" / "s.jsonl"
     shard.parent.mkdir()
     shard.write_text('{"input_ids": [1, 2]}\n')
-    code = main(["export", str(tmp_path / "d"), "--tokenizer", str(qwen_dir), "--out",
-                 str(tmp_path / "o")])
+    code = main(
+        ["export", str(tmp_path / "d"), "--tokenizer", str(qwen_dir), "--out", str(tmp_path / "o")]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert err.strip().splitlines() == [
@@ -59,8 +98,19 @@ def test_bad_input_exit_code_and_one_line(tmp_path: Path, qwen_dir: Path, capsys
         "--on-error skip"
     ]
     assert not (tmp_path / "o").exists()
-    assert main(["export", str(tmp_path / "d"), "--tokenizer", str(tmp_path / "nope"),
-                 "--out", str(tmp_path / "o")]) == 2
+    assert (
+        main(
+            [
+                "export",
+                str(tmp_path / "d"),
+                "--tokenizer",
+                str(tmp_path / "nope"),
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )
     assert "--tokenizer" in capsys.readouterr().err
 
 
@@ -72,14 +122,34 @@ def test_usage_error(capsys) -> None:  # type: ignore[no-untyped-def]
 
 def test_subprocess_module_and_help(corpus: Path, qwen_dir: Path, tmp_path: Path) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    r = subprocess.run([sys.executable, "-m", "distprompt", "--help"], capture_output=True,
-                       text=True, env=env, check=False)
+    r = subprocess.run(
+        [sys.executable, "-m", "distprompt", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert r.returncode == 0 and "export" in r.stdout
     out = tmp_path / "o"
     r = subprocess.run(
-        [sys.executable, "-m", "distprompt", "export", str(corpus), "--tokenizer", str(qwen_dir),
-         "--per-source", "5", "--out", str(out), "--no-progress"],
-        capture_output=True, text=True, env=env, check=False,
+        [
+            sys.executable,
+            "-m",
+            "distprompt",
+            "export",
+            str(corpus),
+            "--tokenizer",
+            str(qwen_dir),
+            "--per-source",
+            "5",
+            "--out",
+            str(out),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
     assert r.returncode == 0, r.stderr
     assert (out / "manifest.json").is_file()

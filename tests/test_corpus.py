@@ -15,6 +15,7 @@ import pytest
 from distprompt import TokenizerError, inspect_corpus
 from distprompt.cli import main
 from distprompt.corpus import learn_markers, length_quantiles
+
 from factories import make_corpus, write_shard
 
 

@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO_ROOT, SAMPLES_DIR
 from distprompt import build_suite
 from distprompt.records import SuiteItem
 from distprompt.turns import learn_template, recover_turns
+
+from conftest import REPO_ROOT, SAMPLES_DIR
 
 MIN_TOKENS_SHARE = 0.98
 ALL_UNIQUE = 1000  # above every source's unique prompts: the suite holds each one once

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import orjson
 import pytest
-from factories import chat_rows, make_corpus, write_shard
 
 from distprompt import Suite, build_suite
 from distprompt.errors import ConfigError, DataError, OutputError, TokenizerError
 from distprompt.shards import open_shard
+
+from factories import chat_rows, make_corpus, write_shard
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,7 @@ from distprompt.report import (
 )
 from distprompt.sample import SourceStats
 from distprompt.stratify import Quota
+
 from factories import make_corpus
 
 # --- metrics on known answers ----------------------------------------------------------------

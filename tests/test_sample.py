@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from factories import chat_rows, write_shard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,12 +12,18 @@ from distprompt.records import Candidate, Provenance
 from distprompt.sample import BottomK, Partial, prompt_key, scan
 from distprompt.shards import discover_shards
 
+from factories import chat_rows, write_shard
+
 
 def _cand(key: int, line: int = 1, shard: str = "s") -> Candidate:
     return Candidate(
-        key=key, source="x", prompt_ids=np.array([key % 7], dtype=np.int32),
-        prompt_mask=np.zeros(1, dtype=np.int8), response_ids=np.zeros(0, dtype=np.int32),
-        n_response_tokens=0, provenance=Provenance(shard, line, 0),
+        key=key,
+        source="x",
+        prompt_ids=np.array([key % 7], dtype=np.int32),
+        prompt_mask=np.zeros(1, dtype=np.int8),
+        response_ids=np.zeros(0, dtype=np.int32),
+        n_response_tokens=0,
+        provenance=Provenance(shard, line, 0),
     )
 
 

@@ -21,8 +21,11 @@ def _docs(rng: np.random.Generator, n: int, base: int, length: tuple[int, int]) 
 def test_every_mode_is_represented() -> None:
     rng = np.random.default_rng(0)
     # Three modes of different size; the smallest (13%) must still get one of six picks.
-    docs = (_docs(rng, 200, 1000, (20, 60)) + _docs(rng, 60, 5000, (20, 60))
-            + _docs(rng, 40, 9000, (20, 60)))
+    docs = (
+        _docs(rng, 200, 1000, (20, 60))
+        + _docs(rng, 60, 5000, (20, 60))
+        + _docs(rng, 40, 9000, (20, 60))
+    )
     mode = np.array([0] * 200 + [1] * 60 + [2] * 40)
     f = vectorize(docs, seed=0)
     for method in ("herding", "kmedoids"):
@@ -31,8 +34,12 @@ def test_every_mode_is_represented() -> None:
 
 
 @settings(max_examples=25, deadline=None)
-@given(n=st.integers(2, 60), k=st.integers(1, 70), seed=st.integers(0, 5),
-       method=st.sampled_from(["herding", "kmedoids", "random"]))
+@given(
+    n=st.integers(2, 60),
+    k=st.integers(1, 70),
+    seed=st.integers(0, 5),
+    method=st.sampled_from(["herding", "kmedoids", "random"]),
+)
 def test_selection_invariants(n: int, k: int, seed: int, method: str) -> None:
     rng = np.random.default_rng(seed)
     docs = _docs(rng, n, 0, (1, 30))

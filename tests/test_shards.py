@@ -8,10 +8,11 @@ from pathlib import Path
 
 import orjson
 import pytest
-from factories import chat_rows, write_shard
 
 from distprompt.errors import DataError, InputError
 from distprompt.shards import discover_shards, iter_rows, open_shard
+
+from factories import chat_rows, write_shard
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +76,11 @@ def test_plain_offset_seek(tmp_path: Path, rows) -> None:  # type: ignore[no-unt
 def _shard_with(tmp_path: Path, rows, bad: bytes):  # type: ignore[no-untyped-def]
     p = tmp_path / "bad.jsonl"
     p.write_bytes(
-        b"".join(orjson.dumps(r) + b"\n" for r in rows[:2]) + bad + b"\n"
-        + orjson.dumps(rows[2]) + b"\n"
+        b"".join(orjson.dumps(r) + b"\n" for r in rows[:2])
+        + bad
+        + b"\n"
+        + orjson.dumps(rows[2])
+        + b"\n"
     )
     return discover_shards(p)[0]
 

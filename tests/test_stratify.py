@@ -17,8 +17,12 @@ sources = st.dictionaries(
 
 
 @settings(max_examples=300, deadline=None)
-@given(rows=sources, total=st.integers(1, 2000), mode=st.sampled_from(["proportional", "sqrt", "equal"]),
-       data=st.data())
+@given(
+    rows=sources,
+    total=st.integers(1, 2000),
+    mode=st.sampled_from(["proportional", "sqrt", "equal"]),
+    data=st.data(),
+)
 def test_total_is_split_exactly(rows: dict[str, int], total: int, mode: str, data) -> None:  # type: ignore[no-untyped-def]
     min_per = data.draw(st.integers(0, total // len(rows)))
     q = allocate(rows, rows, total=total, allocation=mode, min_per_source=min_per)
@@ -27,15 +31,21 @@ def test_total_is_split_exactly(rows: dict[str, int], total: int, mode: str, dat
     assert all(0 <= x.granted <= x.target for x in q.values())
     assert all(x.granted == min(x.target, rows[s]) for s, x in q.items())
     if min_per == 0:
-        w = {s: (r if mode == "proportional" else math.sqrt(r) if mode == "sqrt" else 1.0)
-             for s, r in rows.items()}
+        w = {
+            s: (r if mode == "proportional" else math.sqrt(r) if mode == "sqrt" else 1.0)
+            for s, r in rows.items()
+        }
         tot = sum(w.values())
         for s, x in q.items():  # largest remainder: within one of the exact share
             assert abs(x.target - total * w[s] / tot) < 1
 
 
-@given(weights=st.dictionaries(st.text("xyz", min_size=1, max_size=3), st.floats(0, 100),
-                               min_size=1, max_size=8), budget=st.integers(0, 500))
+@given(
+    weights=st.dictionaries(
+        st.text("xyz", min_size=1, max_size=3), st.floats(0, 100), min_size=1, max_size=8
+    ),
+    budget=st.integers(0, 500),
+)
 def test_largest_remainder_sums(weights: dict[str, float], budget: int) -> None:
     out = largest_remainder(weights, budget)
     assert sum(out.values()) == budget

@@ -3,7 +3,7 @@ representative benchmark prompt suite with provenance.
 
 Example:
     >>> from distprompt import build_suite  # doctest: +SKIP
-    >>> suite = build_suite("prepared/", tokenizer="path/to/tokenizer", per_source=50)  # doctest: +SKIP
+    >>> suite = build_suite("prepared/", tokenizer="tok/", per_source=50)  # doctest: +SKIP
     >>> suite.save("out/")  # doctest: +SKIP
 """
 

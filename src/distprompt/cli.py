@@ -240,9 +240,7 @@ def inspect_cmd(
 
 @app.command("report")
 def report_cmd(
-    out: Annotated[
-        Path, typer.Argument(help="Output folder of an export (it holds report.json).")
-    ],
+    out: Annotated[Path, typer.Argument(help="Output folder of an export (it holds report.json).")],
 ) -> None:
     """Re-render report.md, the PNG plots and report.html from OUT/report.json."""
     from distprompt.report import render_report

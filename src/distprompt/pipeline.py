@@ -95,7 +95,7 @@ def build_suite(
 
     Example:
         >>> from distprompt import build_suite
-        >>> suite = build_suite("data_samples/prepared", tokenizer="tok/", per_source=5)  # doctest: +SKIP
+        >>> suite = build_suite("prepared/", tokenizer="tok/", per_source=5)  # doctest: +SKIP
         >>> suite.save("out")  # doctest: +SKIP
     """
     if total is not None:

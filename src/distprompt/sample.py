@@ -125,7 +125,7 @@ class BottomK:
         if not self.saturated or n < 2:
             return n, True
         kth = -self._heap[0]
-        return int(round((n - 1) * _TWO64 / (kth + 1))), False
+        return round((n - 1) * _TWO64 / (kth + 1)), False
 
 
 @dataclass(slots=True)
