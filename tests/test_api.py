@@ -29,7 +29,10 @@ def test_all_is_complete_and_importable() -> None:
         "turns",
         "vectorize",
         "corpus",
+        "checks",
         "report",
+        "metrics",
+        "runmd",
     }
     assert public <= set(distprompt.__all__)
     for name in distprompt.__all__:

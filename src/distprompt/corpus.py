@@ -6,20 +6,9 @@ rows and bytes; per source the share of rows and of tokens, exact length quantil
 assistant turns (runs of 1s in ``loss_mask``), duplicate prompts (exact up to the pool size, a
 k-minimum-values estimate beyond) and every schema anomaly by kind with its first ``shard:line``.
 
-With a tokenizer three checks say whether it is the data's:
-
-* ``vocabulary`` — every token id is below the tokenizer's vocabulary size;
-* ``template_markers`` — the markers the chat template puts in every prompt are in every prompt:
-  the ids common to the start of every rendered probe conversation (e.g. ``<|im_start|>`` or a BOS
-  token) open each prompt, and the generation prompt (what ``add_generation_prompt`` appends,
-  e.g. ``<|im_start|>assistant\\n``) occurs in each prompt. Both are learned by rendering probe
-  conversations through the tokenizer's own template, so nothing is model specific;
-* ``round_trip`` — decoded prompts of a uniform sample re-encode to the same ids.
-
-A check fails when more than :data:`MISMATCH_SHARE` of the rows fail it (``vocabulary``,
-``template_markers``) or when fewer than :data:`MIN_ROUND_TRIP` of the sampled prompts round-trip;
-:meth:`CorpusInfo.raise_for_mismatch` then raises a :class:`~distprompt.errors.TokenizerError`
-that names the check and the rows.
+With a tokenizer, the checks of :mod:`distprompt.checks` (``vocabulary``, ``template_markers``,
+``round_trip``) say whether it is the data's; :meth:`CorpusInfo.raise_for_mismatch` raises a
+:class:`~distprompt.errors.TokenizerError` that names the failed check and the rows.
 """
 
 from __future__ import annotations
@@ -32,9 +21,20 @@ from typing import Any
 
 import numpy as np
 
+from distprompt.checks import (
+    MIN_ROUND_TRIP,
+    MISMATCH_SHARE,
+    Check,
+    RowCheck,
+    TokenizerFigures,
+    count_round_trips,
+    learn_markers,
+    show_ids,
+    tokenizer_checks,
+)
 from distprompt.errors import TemplateError, TokenizerError
-from distprompt.records import Row
 
+# The tokenizer checks live in distprompt.checks; they stay importable from here.
 __all__ = [
     "MIN_ROUND_TRIP",
     "MISMATCH_SHARE",
@@ -51,24 +51,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("distprompt.corpus")
-
-#: A row-level check fails when more than this share of the rows fail it.
-MISMATCH_SHARE = 0.01
-#: The round-trip check fails when fewer than this share of sampled prompts re-encode exactly.
-MIN_ROUND_TRIP = 0.5
-
-_PROBES: tuple[tuple[dict[str, str], ...], ...] = (
-    ({"role": "user", "content": "Hello there, how are you?"},),
-    (
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "What is 2 + 2?"},
-    ),
-    (
-        {"role": "user", "content": "Hi"},
-        {"role": "assistant", "content": "Hello! What can I do?"},
-        {"role": "user", "content": "Name a colour."},
-    ),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,61 +203,6 @@ class Anomaly:
 
 
 @dataclass(frozen=True, slots=True)
-class Check:
-    """The outcome of one tokenizer check.
-
-    Attributes:
-        name: ``vocabulary``, ``template_markers`` or ``round_trip``.
-        passed: True, False, or None when the check could not run.
-        checked: Rows (or sampled prompts) checked.
-        failed: How many of them failed.
-        first: ``shard:line`` of the first failure.
-        by_source: Failures per source.
-        detail: One readable sentence.
-    """
-
-    name: str
-    passed: bool | None
-    checked: int
-    failed: int
-    first: str | None
-    by_source: dict[str, int]
-    detail: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "passed": self.passed,
-            "checked": self.checked,
-            "failed": self.failed,
-            "first": self.first,
-            "by_source": dict(sorted(self.by_source.items())),
-            "detail": self.detail,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class TokenizerFigures:
-    """The tokenizer checked against the data, the markers learned from it, and the checks."""
-
-    name: str
-    vocab_size: int
-    has_chat_template: bool
-    start_markers: str
-    generation_prompt: str
-    checks: tuple[Check, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "vocab_size": self.vocab_size,
-            "has_chat_template": self.has_chat_template,
-            "start_markers": self.start_markers,
-            "generation_prompt": self.generation_prompt,
-            "checks": {c.name: c.to_dict() for c in self.checks},
-        }
-
-
-@dataclass(frozen=True, slots=True)
 class CorpusInfo:
     """Result of :func:`inspect_corpus`.
 
@@ -340,110 +267,6 @@ class CorpusInfo:
 
 
 # ---------------------------------------------------------------------------------------------
-# tokenizer markers and the per-row check
-# ---------------------------------------------------------------------------------------------
-
-
-def _render(tok: Any, messages: Sequence[dict[str, str]], *, gen: bool) -> list[int]:
-    out = tok.apply_chat_template(list(messages), tokenize=True, add_generation_prompt=gen)
-    if hasattr(out, "keys"):  # transformers 5 returns a BatchEncoding
-        out = out["input_ids"]
-    return [int(i) for i in out]
-
-
-def _common_prefix(seqs: Sequence[Sequence[int]]) -> list[int]:
-    if not seqs:
-        return []
-    n = min(len(s) for s in seqs)
-    out: list[int] = []
-    for i in range(n):
-        v = seqs[0][i]
-        if any(s[i] != v for s in seqs[1:]):
-            break
-        out.append(v)
-    return out
-
-
-def learn_markers(tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Learn, from the chat template, the ids every prompt starts with and the generation prompt.
-
-    Probe conversations (user only, system + user, a multi-turn chat) are rendered with and
-    without ``add_generation_prompt``. The start markers are the ids common to the start of every
-    render; the generation prompt is what ``add_generation_prompt`` appends, when it is the same
-    for every probe.
-
-    Raises:
-        TemplateError: No chat template, or it renders none of the probes.
-
-    Example:
-        >>> start, gen = learn_markers(tok)  # doctest: +SKIP
-        >>> tok.decode(list(gen))  # doctest: +SKIP
-        '<|im_start|>assistant\\n'
-    """
-    if not getattr(tokenizer, "chat_template", None):
-        raise TemplateError("expected a tokenizer with a chat template, found none")
-    with_gen: list[list[int]] = []
-    suffixes: list[tuple[int, ...]] = []
-    errors: list[str] = []
-    for probe in _PROBES:
-        try:
-            a = _render(tokenizer, probe, gen=True)
-            b = _render(tokenizer, probe, gen=False)
-        except Exception as exc:  # templates raise anything (jinja, ValueError, ...)
-            errors.append(f"{type(exc).__name__}: {exc}")
-            continue
-        with_gen.append(a)
-        common = len(_common_prefix([a, b]))
-        suffixes.append(tuple(a[common:]))
-    if not with_gen:
-        raise TemplateError(
-            "expected a chat template that renders simple conversations, found errors: "
-            + "; ".join(errors[:2])
-        )
-    start = tuple(_common_prefix(with_gen)) if len(with_gen) > 1 else ()
-    gen = suffixes[0] if suffixes and all(s == suffixes[0] for s in suffixes) else ()
-    return start, gen
-
-
-@dataclass(frozen=True, slots=True)
-class _RowCheck:
-    """Per-row tokenizer checks run inside the pass (picklable for worker processes)."""
-
-    vocab_size: int
-    start: tuple[int, ...]
-    gen: tuple[int, ...]
-
-    def __call__(self, row: Row) -> list[str]:
-        out: list[str] = []
-        ids = row.input_ids
-        if ids.size and int(ids.max()) >= self.vocab_size:
-            out.append("id_out_of_vocab")
-        prompt = row.prompt_ids
-        if self.start and (
-            prompt.shape[0] < len(self.start)
-            or not np.array_equal(prompt[: len(self.start)], np.asarray(self.start))
-        ):
-            out.append("template_start_missing")
-        if self.gen and not _contains(prompt, np.asarray(self.gen, dtype=np.int64)):
-            out.append("generation_prompt_missing")
-        return out
-
-
-def _contains(hay: np.ndarray, needle: np.ndarray) -> bool:
-    m = needle.shape[0]
-    if m == 0:
-        return True
-    if hay.shape[0] < m:
-        return False
-    if np.array_equal(hay[-m:], needle):  # where it usually is: at the end
-        return True
-    for c in np.flatnonzero(hay[: hay.shape[0] - m + 1] == needle[0]):
-        if np.array_equal(hay[c : c + m], needle):
-            return True
-    return False
-
-
-# ---------------------------------------------------------------------------------------------
 # the pass
 # ---------------------------------------------------------------------------------------------
 
@@ -494,7 +317,7 @@ def inspect_corpus(
 
     shards = discover_shards(data)
     tok = tinfo = None
-    check: _RowCheck | None = None
+    check: RowCheck | None = None
     start: tuple[int, ...] = ()
     gen: tuple[int, ...] = ()
     template_note = ""
@@ -504,7 +327,7 @@ def inspect_corpus(
             start, gen = learn_markers(tok)
         except TemplateError as exc:
             template_note = str(exc)
-        check = _RowCheck(vocab_size=tinfo.vocab_size, start=start, gen=gen)
+        check = RowCheck(vocab_size=tinfo.vocab_size, start=start, gen=gen)
     part = scan(
         shards,
         max_candidates=max_candidates,
@@ -519,7 +342,7 @@ def inspect_corpus(
     round_trips: dict[str, tuple[int, int, str | None]] = {}
     if tok is not None and tinfo is not None:
         for src in sorted(part.stats):
-            round_trips[src] = _round_trip(
+            round_trips[src] = count_round_trips(
                 tok, part.pools[src].candidates()[:round_trip_sample], tinfo.vocab_size
             )
     sources: dict[str, SourceFigures] = {}
@@ -559,11 +382,10 @@ def inspect_corpus(
             name=tinfo.name,
             vocab_size=tinfo.vocab_size,
             has_chat_template=tinfo.has_chat_template,
-            start_markers=_show(tok, start),
-            generation_prompt=_show(tok, gen),
-            checks=_checks(
+            start_markers=show_ids(tok, start),
+            generation_prompt=show_ids(tok, gen),
+            checks=tokenizer_checks(
                 part,
-                sources,
                 total_rows,
                 tinfo.vocab_size,
                 tok,
@@ -599,127 +421,6 @@ def _turns(counter: Mapping[int, int], rows: int) -> dict[str, float]:
         "rows_multi": int(sum(v for k, v in counter.items() if k > 1)),
         "rows_none": int(counter.get(0, 0)),
     }
-
-
-def _show(tok: Any, ids: Sequence[int]) -> str:
-    from distprompt.decode import decode
-
-    return decode(tok, list(ids)) if ids else ""
-
-
-def _round_trip(tok: Any, cands: Sequence[Any], vocab_size: int) -> tuple[int, int, str | None]:
-    """``(ok, sampled, first failing shard:line)`` over candidates with in-vocabulary ids."""
-    from distprompt.decode import decode
-
-    ok = n = 0
-    first: str | None = None
-    for c in cands:
-        ids = c.prompt_ids
-        if ids.size and int(ids.max()) >= vocab_size:
-            continue
-        n += 1
-        text = decode(tok, ids.tolist())
-        again = tok.encode(text, add_special_tokens=False)
-        if list(again) == ids.tolist():
-            ok += 1
-        elif first is None or _loc_key(f"{c.provenance.shard}:{c.provenance.line}") < _loc_key(
-            first
-        ):
-            first = f"{c.provenance.shard}:{c.provenance.line}"
-    return ok, n, first
-
-
-def _loc_key(where: str) -> tuple[str, int]:
-    shard, _, line = where.rpartition(":")
-    return shard, int(line) if line.isdigit() else 0
-
-
-def _rows_check(
-    name: str,
-    reasons: Sequence[str],
-    part: Any,
-    total_rows: int,
-    what: str,
-) -> Check:
-    by_source: dict[str, int] = {}
-    for src, st in part.stats.items():
-        n = max((st.flags.get(r, 0) for r in reasons), default=0)
-        if n:
-            by_source[src] = n
-    failed = max((part.anomalies.get(r, 0) for r in reasons), default=0)
-    firsts = [part.first_anomaly[r] for r in reasons if r in part.first_anomaly]
-    first = min(firsts, key=_loc_key) if firsts else None
-    passed = failed <= MISMATCH_SHARE * total_rows
-    if failed:
-        srcs = ", ".join(f"{s}: {n}" for s, n in sorted(by_source.items()))
-        detail = f"{what} in {failed} of {total_rows} rows ({srcs}); first at {first}"
-    else:
-        detail = f"no {what} in {total_rows} rows"
-    return Check(name, passed, total_rows, failed, first, by_source, detail)
-
-
-def _checks(
-    part: Any,
-    sources: Mapping[str, SourceFigures],
-    total_rows: int,
-    vocab_size: int,
-    tok: Any,
-    start: Sequence[int],
-    gen: Sequence[int],
-    template_note: str,
-    round_trips: Mapping[str, tuple[int, int, str | None]],
-) -> tuple[Check, ...]:
-    vocab = _rows_check(
-        "vocabulary",
-        ["id_out_of_vocab"],
-        part,
-        total_rows,
-        f"token ids >= the vocabulary size {vocab_size}",
-    )
-    if template_note or (not start and not gen):
-        markers = Check(
-            "template_markers",
-            None,
-            0,
-            0,
-            None,
-            {},
-            f"not run: {template_note or 'the chat template has no fixed markers'}",
-        )
-    else:
-        parts = []
-        if start:
-            parts.append(f"start marker {_show(tok, start)!r}")
-        if gen:
-            parts.append(f"generation prompt {_show(tok, gen)!r}")
-        reasons = []
-        if start:
-            reasons.append("template_start_missing")
-        if gen:
-            reasons.append("generation_prompt_missing")
-        markers = _rows_check(
-            "template_markers", reasons, part, total_rows, " or ".join(parts) + " missing"
-        )
-    ok = sum(r[0] for r in round_trips.values())
-    n = sum(r[1] for r in round_trips.values())
-    firsts = [r[2] for r in round_trips.values() if r[2]]
-    first = min(firsts, key=_loc_key) if firsts else None
-    by_source = {s: r[1] - r[0] for s, r in round_trips.items() if r[1] - r[0]}
-    if n == 0:
-        rt = Check("round_trip", None, 0, 0, None, {}, "not run: no prompt in the vocabulary")
-    else:
-        rate = ok / n
-        srcs = ", ".join(
-            f"{s}: {100.0 * (sources[s].round_trip or 0.0):.0f}%" for s in sorted(by_source)
-        )
-        detail = (
-            f"{ok} of {n} sampled prompts ({100.0 * rate:.1f}%) decode and re-encode to the "
-            "same ids"
-        )
-        if by_source:
-            detail += f" (below 100%: {srcs}); first failure at {first}"
-        rt = Check("round_trip", rate >= MIN_ROUND_TRIP, n, n - ok, first, by_source, detail)
-    return (vocab, markers, rt)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,8 +15,9 @@ from distprompt._version import __version__
 from distprompt.config import Config
 from distprompt.decode import TokenizerInfo, decode, load_tokenizer
 from distprompt.errors import InputError, TokenizerError
+from distprompt.metrics import SourceEvidence, measure_source
 from distprompt.records import Candidate, SuiteItem
-from distprompt.report import SourceEvidence, build_report, measure_source
+from distprompt.report import build_report
 from distprompt.sample import Partial, SourceStats, scan
 from distprompt.select import select
 from distprompt.shards import Shard, discover_shards
