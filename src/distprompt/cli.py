@@ -30,6 +30,17 @@ EXIT_DATA = 2
 _state: dict[str, Any] = {"verbose": False}
 
 
+# Arguments and options that more than one command takes.
+Data = Annotated[
+    list[str],
+    typer.Argument(
+        help="Directory (searched recursively), glob, or shard files "
+        "(.jsonl, .jsonl.gz, .jsonl.zst)."
+    ),
+]
+Workers = Annotated[int, typer.Option(help="Processes reading shards in parallel.", min=1)]
+
+
 class OnError(str, Enum):
     raise_ = "raise"
     skip = "skip"
@@ -73,13 +84,7 @@ def _warn(msg: str) -> None:
 
 @app.command()
 def export(
-    data: Annotated[
-        list[str],
-        typer.Argument(
-            help="Directory (searched recursively), glob, or shard files "
-            "(.jsonl, .jsonl.gz, .jsonl.zst)."
-        ),
-    ],
+    data: Data,
     tokenizer: Annotated[
         str,
         typer.Option(
@@ -117,7 +122,7 @@ def export(
     formats: Annotated[
         str | None, typer.Option(help="Comma-separated client formats (default: all).")
     ] = None,
-    workers: Annotated[int, typer.Option(help="Processes reading shards in parallel.", min=1)] = 1,
+    workers: Workers = 1,
     no_turns: Annotated[bool, typer.Option("--no-turns", help="Skip chat-turn recovery.")] = False,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace a non-empty output folder.")
@@ -199,13 +204,7 @@ def _summary(manifest: dict[str, Any]) -> str:
 
 @app.command("inspect")
 def inspect_cmd(
-    data: Annotated[
-        list[str],
-        typer.Argument(
-            help="Directory (searched recursively), glob, or shard files "
-            "(.jsonl, .jsonl.gz, .jsonl.zst)."
-        ),
-    ],
+    data: Data,
     tokenizer: Annotated[
         str | None,
         typer.Option(
@@ -218,7 +217,7 @@ def inspect_cmd(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of the table.")
     ] = False,
-    workers: Annotated[int, typer.Option(help="Processes reading shards in parallel.", min=1)] = 1,
+    workers: Workers = 1,
 ) -> None:
     """Show what is in a corpus, from one streaming pass: sources, shares, lengths, anomalies."""
     from distprompt.corpus import inspect_corpus
