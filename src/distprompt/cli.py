@@ -132,16 +132,13 @@ def export(
     ] = True,
 ) -> None:
     """Build a representative prompt suite from tokenized shards and write it to OUT."""
-    from distprompt.export import FORMATS
+    from distprompt.export import FORMATS, checked_formats
     from distprompt.pipeline import build_suite
     from distprompt.suite import check_out_dir
 
-    fmts = FORMATS if formats is None else tuple(f.strip() for f in formats.split(",") if f.strip())
-    unknown = [f for f in fmts if f not in FORMATS]
-    if unknown:
-        from distprompt.errors import ConfigError
-
-        raise ConfigError(f"expected --formats from {', '.join(FORMATS)}, found {unknown[0]!r}")
+    fmts = checked_formats(
+        FORMATS if formats is None else [f.strip() for f in formats.split(",") if f.strip()]
+    )
     # Refuse an occupied or unusable OUT before reading gigabytes.
     check_out_dir(out, overwrite=overwrite)
     suite = build_suite(
