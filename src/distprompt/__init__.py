@@ -11,6 +11,7 @@ from distprompt._version import __version__
 from distprompt.corpus import CorpusInfo, inspect_corpus
 from distprompt.errors import (
     ConfigError,
+    CorruptStreamError,
     DataError,
     DistpromptError,
     InputError,
@@ -26,6 +27,7 @@ from distprompt.suite import Suite
 __all__ = [
     "ConfigError",
     "CorpusInfo",
+    "CorruptStreamError",
     "DataError",
     "DistpromptError",
     "InputError",

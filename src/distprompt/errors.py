@@ -6,6 +6,7 @@ keeps working::
     DistpromptError
     ├── ConfigError(ValueError)            invalid options, caught before any shard is read
     ├── InputError(OSError)                DATA missing, no shard matches, unreadable/corrupt file
+    │   └── CorruptStreamError             a .gz/.zst shard is truncated or corrupt (skippable)
     ├── DataError(ValueError)              a row breaks the schema: carries shard, line, reason
     ├── TokenizerError(ValueError)         tokenizer missing, not a tokenizer, or not the data's
     │   └── TemplateError                  no usable chat template
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "CorruptStreamError",
     "DataError",
     "DistpromptError",
     "InputError",
@@ -38,6 +40,14 @@ class ConfigError(DistpromptError, ValueError):
 
 class InputError(DistpromptError, OSError):
     """The corpus cannot be found or read: no shard matches, a file is unreadable or corrupt."""
+
+
+class CorruptStreamError(InputError):
+    """A compressed shard is truncated or does not decompress.
+
+    The rows before the damage have been read; with ``--on-error skip`` the rest of the shard is
+    counted once as ``corrupt_stream`` instead of stopping the run.
+    """
 
 
 class DataError(DistpromptError, ValueError):

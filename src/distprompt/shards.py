@@ -17,8 +17,9 @@ Broken input is reported, never passed over in silence (see :mod:`distprompt.err
 - A line longer than ``max_line_bytes`` (default :data:`DEFAULT_MAX_LINE_BYTES`) is refused
   (``line_too_long``) without being held in memory: a missing newline can glue a whole shard into
   one line.
-- A truncated or corrupt ``.gz``/``.zst`` stream raises :class:`InputError` naming the line where
-  reading stopped; when skipping, the rest of that shard is counted as ``corrupt_stream``.
+- A truncated or corrupt ``.gz``/``.zst`` stream raises :class:`CorruptStreamError` (an
+  :class:`InputError`) naming the line where reading stopped; when skipping, the rest of that
+  shard is counted as ``corrupt_stream``.
 - Discovery refuses shard-named symlinks that are broken or loop, and folders it cannot list;
   folders without any shard are ignored with a warning (sources come from the rows, not from
   folder names, but a folder of ``.json`` or ``.parquet`` files is probably a mistake).
@@ -42,10 +43,11 @@ from typing import IO, Any
 import numpy as np
 import orjson
 
-from distprompt.errors import DataError, InputError
+from distprompt.errors import CorruptStreamError, DataError, InputError
 from distprompt.records import Provenance, Row
 
 __all__ = [
+    "DEFAULT_MAX_LINE_BYTES",
     "REQUIRED_KEYS",
     "SHARD_SUFFIXES",
     "Shard",
@@ -76,10 +78,6 @@ _READ_CHUNK = 1 << 20
 #: instead of being parsed as garbage.
 _UNSUPPORTED_SUFFIXES = (".bz2", ".xz", ".lz4", ".zip", ".7z", ".br", ".snappy", ".lzma", ".tar")
 _BOM = b"\xef\xbb\xbf"
-
-
-class CorruptStreamError(InputError):
-    """A compressed shard ends early or does not decompress (a subclass for :func:`iter_rows`)."""
 
 
 @dataclass(frozen=True, slots=True)
