@@ -38,29 +38,43 @@ class Features:
 
 
 def _counts(docs: Sequence[np.ndarray], vocab_hint: int) -> Any:
+    """Document x feature counts; features seen in a single document only are dropped.
+
+    Such features say nothing about how documents relate (they are most hashed bigrams of a
+    long prompt) but dominate the matrix; dropping them (``min_df=2``) keeps the SVD cheap. When
+    that would leave nothing (tiny or all-distinct pools), every feature is kept.
+    """
     from scipy import sparse
 
-    rows: list[np.ndarray] = []
+    n_cols = vocab_hint + _BIGRAM_BUCKETS
+    lengths = np.zeros(len(docs) + 1, dtype=np.int64)
     cols: list[np.ndarray] = []
     for i, ids in enumerate(docs):
         a = np.asarray(ids, dtype=np.int64)
-        uni = a
         if a.shape[0] > 1:
             bi = vocab_hint + ((a[:-1] * 1_000_003 + a[1:]) % _BIGRAM_BUCKETS)
-            feats = np.concatenate([uni, bi])
-        else:
-            feats = uni
-        rows.append(np.full(feats.shape[0], i, dtype=np.int64))
-        cols.append(feats)
-    r = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+            a = np.concatenate([a, bi])
+        cols.append(a)
+        lengths[i + 1] = a.shape[0]
     c = np.concatenate(cols) if cols else np.zeros(0, dtype=np.int64)
-    # Compact the column space to the features that occur.
-    uniq, inv = np.unique(c, return_inverse=True)
     m = sparse.csr_matrix(
-        (np.ones(r.shape[0], dtype=np.float64), (r, inv)), shape=(len(docs), max(1, uniq.size))
+        (np.ones(c.shape[0], dtype=np.float64), c, np.cumsum(lengths)),
+        shape=(len(docs), n_cols),
     )
     m.sum_duplicates()
-    return m
+    # Compact the column space in linear time (no sort of all features).
+    df = np.bincount(m.indices, minlength=n_cols)
+    keep = df >= 2
+    if not keep.any():
+        keep = df >= 1
+    remap = np.cumsum(keep) - 1
+    mask = keep[m.indices]
+    kept_before = np.concatenate([[0], np.cumsum(mask)])
+    indptr = kept_before[m.indptr]
+    out = sparse.csr_matrix(
+        (m.data[mask], remap[m.indices[mask]], indptr), shape=(len(docs), max(1, int(keep.sum())))
+    )
+    return out
 
 
 def vectorize(
@@ -94,7 +108,8 @@ def vectorize(
     tfidf = TfidfTransformer(sublinear_tf=True).fit_transform(counts)
     k = min(dims, n - 1, tfidf.shape[1] - 1)
     if k >= 1:
-        svd = TruncatedSVD(n_components=k, random_state=seed, algorithm="randomized", n_iter=5)
+        # Two power iterations are plenty for LSA-grade components and halve the cost of five.
+        svd = TruncatedSVD(n_components=k, random_state=seed, algorithm="randomized", n_iter=2)
         content = svd.fit_transform(tfidf)
     else:
         content = np.zeros((n, 1))
