@@ -136,7 +136,8 @@ def _length_plot(report: Report, key: str) -> bytes:
         ax.set_ylim(0, 1.02)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=7, frameon=False, loc="lower right")
+    if axes.flat[0].get_legend_handles_labels()[0]:  # an empty first panel has nothing to name
+        axes.flat[0].legend(fontsize=7, frameon=False, loc="lower right")
     fig.suptitle(f"{key.capitalize()} length (tokens): cumulative distribution", fontsize=11)
     fig.tight_layout()
     return _png(fig)

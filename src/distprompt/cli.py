@@ -125,7 +125,8 @@ def export(
     workers: Workers = 1,
     no_turns: Annotated[bool, typer.Option("--no-turns", help="Skip chat-turn recovery.")] = False,
     overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace a non-empty output folder.")
+        bool,
+        typer.Option("--overwrite", help="Replace OUT when it holds a previous distprompt output."),
     ] = False,
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr.")
