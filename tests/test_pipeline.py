@@ -187,3 +187,16 @@ def test_manifest_reports_template_and_fidelity(corpus: Path, qwen_dir: Path) ->
     off = build_suite(corpus, tokenizer=qwen_dir, per_source=4, recover_turns=False)
     assert off.manifest["template"] is None
     assert all(it.messages is None and it.fidelity is None for it in off)
+
+
+def test_max_output_tokens_caps_max_tokens_only(corpus: Path, qwen_dir: Path) -> None:
+    free = build_suite(corpus, tokenizer=qwen_dir, per_source=6, recover_turns=False)
+    capped = build_suite(
+        corpus, tokenizer=qwen_dir, per_source=6, recover_turns=False, max_output_tokens=10
+    )
+    assert [it.id for it in free] == [it.id for it in capped]
+    assert any(it.max_tokens > 10 for it in free)
+    for a, b in zip(free, capped, strict=True):
+        assert b.max_tokens == min(a.max_tokens, 10)
+        assert b.n_response_tokens == a.n_response_tokens  # stays as recorded
+    assert capped.manifest["config"]["max_output_tokens"] == 10
