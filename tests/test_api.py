@@ -23,6 +23,7 @@ def test_all_is_complete_and_importable() -> None:
         "sample",
         "select",
         "shards",
+        "validate",
         "stratify",
         "suite",
         "template",
