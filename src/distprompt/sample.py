@@ -350,7 +350,7 @@ def scan(
     merged result is the same for any worker count. On an error or an interruption the worker
     processes are stopped at once rather than left to finish their shards.
     """
-    from tqdm.auto import tqdm
+    from tqdm import tqdm  # plain text bar: the CLI is its only user (tqdm.auto warns in notebooks)
 
     kwargs: dict[str, Any] = {
         "max_candidates": max_candidates,
