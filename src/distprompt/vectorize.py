@@ -110,7 +110,10 @@ def vectorize(
     if k >= 1:
         # Two power iterations are plenty for LSA-grade components and halve the cost of five.
         svd = TruncatedSVD(n_components=k, random_state=seed, algorithm="randomized", n_iter=2)
-        content = svd.fit_transform(tfidf)
+        # Degenerate pools (all prompts alike) have zero variance: sklearn's explained-variance
+        # ratio divides by it; the components themselves are fine.
+        with np.errstate(invalid="ignore", divide="ignore"):
+            content = svd.fit_transform(tfidf)
     else:
         content = np.zeros((n, 1))
     content = normalize(content)
