@@ -271,6 +271,7 @@ def _select_source(
         return every, ev
     feats = vectorize(
         [c.prompt_ids for c in cands],
+        response_lengths=[len(c.response_ids) for c in cands],
         dims=config.lsa_dims,
         length_weight=config.length_weight,
         seed=config.seed,

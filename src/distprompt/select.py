@@ -1,11 +1,11 @@
 """Pick a source's representatives from its candidate pool.
 
 Default ``herding``: greedy MMD minimisation (kernel herding) with an RBF kernel over the joint
-space (LSA content + scaled log length). Each step takes the candidate that most reduces the
-maximum mean discrepancy between the suite and the pool: it is drawn towards dense regions (the
-mean-embedding term) and pushed away from what is already chosen (the repulsion term), so the suite
-matches the distribution — length included — and still covers its modes. ``kmedoids`` (k-means
-medoids) and ``random`` (uniform sample) are there to compare against.
+space (LSA content + scaled log prompt and response lengths). Each step takes the candidate that
+most reduces the maximum mean discrepancy between the suite and the pool: it is drawn towards
+dense regions (the mean-embedding term) and pushed away from what is already chosen (the repulsion
+term), so the suite matches the distribution — lengths included — and still covers its modes.
+``kmedoids`` (k-means medoids) and ``random`` (uniform sample) are there to compare against.
 
 A near-duplicate guard keeps two prompts whose TF-IDF cosine similarity is at least
 ``near_duplicate`` out of the same suite while a distinct candidate is left. Every candidate is

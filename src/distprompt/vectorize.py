@@ -3,8 +3,9 @@
 Each prompt becomes a bag of token unigrams and hashed bigrams, weighted by TF-IDF (sublinear
 tf), reduced by truncated SVD (LSA) and L2-normalized. Template markers and boilerplate that every
 prompt of a source shares get a low IDF, so what distinguishes prompts dominates. The joint
-selection space appends the z-scored log prompt length, scaled by ``length_weight``, because
-benchmark results depend on prompt length as much as on content.
+selection space appends the z-scored log prompt length and, when given, the z-scored log length of
+the recorded response (the output length a benchmark asks for), each scaled by ``length_weight``:
+throughput and acceptance depend on both lengths as much as on content.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ def vectorize(
     prompts: Sequence[np.ndarray],
     *,
     dims: int = 64,
+    response_lengths: Sequence[int] | None = None,
     length_weight: float = 1.0,
     seed: int = 0,
 ) -> Features:
@@ -89,7 +91,8 @@ def vectorize(
     Args:
         prompts: Prompt token ids, one array per candidate.
         dims: LSA dimensions (capped by what the data supports).
-        length_weight: Scale of the z-scored log length in the joint space.
+        response_lengths: Recorded output length of each candidate; adds a joint-space column.
+        length_weight: Scale of the z-scored log lengths in the joint space.
         seed: Seeds the randomized SVD.
 
     Example:
@@ -118,7 +121,17 @@ def vectorize(
         content = np.zeros((n, 1))
     content = normalize(content)
     log_len = np.log(np.array([max(1, len(p)) for p in prompts], dtype=np.float64))
-    sd = float(log_len.std())
-    z = (log_len - log_len.mean()) / sd if sd > 0 else np.zeros_like(log_len)
-    joint = np.hstack([content, (length_weight * z)[:, None]])
+    columns = [content, length_weight * _zscore(log_len)[:, None]]
+    if response_lengths is not None:
+        # Measured on data_samples/ (report, suite vs random): adding the output length cut the
+        # response-length KS from 0.33 to 0.24 at 5 items per source and 0.21 to 0.16 at 10, for
+        # a coverage cost of about 0.01 in mean distance.
+        log_resp = np.log(np.maximum(1, np.asarray(response_lengths, dtype=np.float64)))
+        columns.append(length_weight * _zscore(log_resp)[:, None])
+    joint = np.hstack(columns)
     return Features(tfidf=tfidf, content=content, joint=joint, log_length=log_len)
+
+
+def _zscore(v: np.ndarray) -> np.ndarray:
+    sd = float(v.std())
+    return (v - v.mean()) / sd if sd > 0 else np.zeros_like(v)
