@@ -167,6 +167,8 @@ def export(
 
 
 def _summary(manifest: dict[str, Any]) -> str:
+    from distprompt.corpus import format_table
+
     head = ("source", "rows", "unique", "cands", "target", "selected", "tokens%")
     lines = [head]
     for src, s in manifest.get("sources", {}).items():
@@ -185,15 +187,7 @@ def _summary(manifest: dict[str, Any]) -> str:
                 pct,
             )
         )
-    widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
-    out = []
-    for r in lines:
-        out.append(
-            "  ".join(
-                c.ljust(w) if i == 0 else c.rjust(w)
-                for i, (c, w) in enumerate(zip(r, widths, strict=True))
-            )
-        )
+    out = format_table(lines)
     skipped = manifest.get("counts", {}).get("skipped") or {}
     if skipped:
         out.append("skipped rows: " + ", ".join(f"{k}={v}" for k, v in skipped.items()))

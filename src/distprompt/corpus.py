@@ -19,8 +19,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from distprompt.checks import (
     MIN_ROUND_TRIP,
     MISMATCH_SHARE,
@@ -33,6 +31,7 @@ from distprompt.checks import (
     tokenizer_checks,
 )
 from distprompt.errors import TemplateError, TokenizerError
+from distprompt.sample import histogram_quantiles
 
 # The tokenizer checks live in distprompt.checks; they stay importable from here.
 __all__ = [
@@ -85,22 +84,12 @@ def length_quantiles(counts: Mapping[int, int]) -> Quantiles | None:
         >>> (q.p50, q.p90, q.p99, q.max)
         (50, 90, 99, 100)
     """
-    items = sorted((int(k), int(v)) for k, v in counts.items() if v > 0)
-    if not items:
+    qs = histogram_quantiles(counts, (0.0, 0.5, 0.9, 0.99, 1.0))
+    if not qs:
         return None
-    vals = np.array([k for k, _ in items], dtype=np.int64)
-    cnt = np.array([v for _, v in items], dtype=np.int64)
-    cum = np.cumsum(cnt)
-    n = int(cum[-1])
-
-    def q(p: float) -> int:
-        rank = max(1, int(np.ceil(round(p * n, 9))))
-        return int(vals[int(np.searchsorted(cum, rank))])
-
-    mean = float((vals * cnt).sum() / n)
-    return Quantiles(
-        min=int(vals[0]), p50=q(0.5), p90=q(0.9), p99=q(0.99), max=int(vals[-1]), mean=mean
-    )
+    n = sum(int(v) for v in counts.values() if v > 0)
+    mean = sum(int(k) * int(v) for k, v in counts.items() if v > 0) / n
+    return Quantiles(min=qs[0], p50=qs[1], p90=qs[2], p99=qs[3], max=qs[4], mean=mean)
 
 
 @dataclass(frozen=True, slots=True)
@@ -437,7 +426,8 @@ def _human_bytes(n: int) -> str:
     return f"{n} B"
 
 
-def _grid(rows: Sequence[Sequence[str]]) -> list[str]:
+def format_table(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Terminal table lines: first column left-aligned, the others right-aligned."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return [
         "  ".join(
@@ -475,7 +465,7 @@ def _table(info: CorpusInfo) -> str:
                     str(sum(f.flags.values())),
                 ]
             )
-        out += ["", *_grid(mix)]
+        out += ["", *format_table(mix)]
         head = ["p50", "p90", "p99", "max"]
         lens: list[list[str]] = [
             ["tokens", *(f"prompt {h}" for h in head), *(f"resp {h}" for h in head)]
@@ -483,7 +473,7 @@ def _table(info: CorpusInfo) -> str:
         ]
         for name, f in info.sources.items():
             lens.append([name, *_q(f.prompt_tokens), *_q(f.response_tokens), *_q(f.total_tokens)])
-        out += ["", *_grid(lens)]
+        out += ["", *format_table(lens)]
     if info.anomalies:
         out += ["", "anomalies (kind: rows, first at):"]
         for a in info.anomalies.values():

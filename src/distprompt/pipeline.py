@@ -18,7 +18,7 @@ from distprompt.errors import InputError, TokenizerError
 from distprompt.metrics import SourceEvidence, measure_source
 from distprompt.records import Candidate, SuiteItem
 from distprompt.report import build_report
-from distprompt.sample import Partial, SourceStats, scan
+from distprompt.sample import Partial, SourceStats, histogram_quantiles, scan
 from distprompt.select import select
 from distprompt.shards import Shard, discover_shards
 from distprompt.stratify import Quota, allocate
@@ -344,16 +344,8 @@ def _make_item(
 
 
 def _quantiles(counter: Any) -> dict[str, int]:
-    if not counter:
-        return {}
-    vals = np.array(sorted(counter), dtype=np.int64)
-    cum = np.cumsum([counter[v] for v in vals])
-    n = int(cum[-1])
-
-    def q(p: float) -> int:
-        return int(vals[np.searchsorted(cum, max(1, int(np.ceil(p * n))))])
-
-    return {"min": int(vals[0]), "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": int(vals[-1])}
+    qs = histogram_quantiles(counter, (0.0, 0.5, 0.9, 0.99, 1.0))
+    return dict(zip(("min", "p50", "p90", "p99", "max"), qs, strict=False))
 
 
 def _manifest(

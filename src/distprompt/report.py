@@ -45,6 +45,7 @@ from distprompt.metrics import (
     represented_share,
     rounded,
 )
+from distprompt.sample import histogram_quantiles
 
 if TYPE_CHECKING:
     from distprompt.records import SuiteItem
@@ -220,14 +221,7 @@ def render_report(out: str | os.PathLike[str]) -> Report:
 
 
 def _quantile_curve(counts: Mapping[int, int], points: int = 101) -> list[int]:
-    items = sorted((int(k), int(v)) for k, v in counts.items() if v > 0)
-    if not items:
-        return []
-    vals = np.array([k for k, _ in items])
-    cum = np.cumsum([v for _, v in items])
-    n = int(cum[-1])
-    ranks = np.maximum(1, np.ceil(np.linspace(0, 1, points) * n - 1e-9)).astype(np.int64)
-    return [int(vals[i]) for i in np.searchsorted(cum, ranks)]
+    return histogram_quantiles(counts, np.linspace(0, 1, points).tolist())
 
 
 def _excerpt(text: str) -> str:

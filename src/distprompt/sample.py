@@ -15,7 +15,7 @@ import heapq
 import logging
 import signal
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -25,7 +25,15 @@ from distprompt.errors import DataError, TokenizerError
 from distprompt.records import Candidate, Row
 from distprompt.shards import DEFAULT_MAX_LINE_BYTES, Shard, iter_rows
 
-__all__ = ["BottomK", "Partial", "SourceStats", "prompt_key", "scan", "scan_shard"]
+__all__ = [
+    "BottomK",
+    "Partial",
+    "SourceStats",
+    "histogram_quantiles",
+    "prompt_key",
+    "scan",
+    "scan_shard",
+]
 
 logger = logging.getLogger("distprompt.sample")
 _TWO64 = float(2**64)
@@ -39,6 +47,25 @@ def prompt_key(prompt_ids: np.ndarray, *, seed: int = 0) -> int:
         key=seed.to_bytes(8, "little", signed=False),
     )
     return int.from_bytes(h.digest(), "little")
+
+
+def histogram_quantiles(counts: Mapping[int, int], ps: Sequence[float]) -> list[int]:
+    """Exact quantiles of a length histogram: for each ``p``, the smallest value ``v`` with at
+    least ``p`` of the mass at or below ``v`` (``p = 0`` gives the minimum). Empty: ``[]``.
+
+    Example:
+        >>> histogram_quantiles({n: 1 for n in range(1, 101)}, [0, 0.5, 0.9, 1])
+        [1, 50, 90, 100]
+    """
+    items = sorted((int(k), int(v)) for k, v in counts.items() if v > 0)
+    if not items:
+        return []
+    vals = np.array([k for k, _ in items], dtype=np.int64)
+    cum = np.cumsum([v for _, v in items])
+    n = int(cum[-1])
+    # round() first: 0.9 * 100 is 90.00000000000001 in floats, whose ceil would skip a rank.
+    ranks = [max(1, int(np.ceil(round(p * n, 9)))) for p in ps]
+    return [int(vals[i]) for i in np.searchsorted(cum, ranks)]
 
 
 def first_response_span(row: Row) -> tuple[int, int]:
@@ -77,10 +104,6 @@ class BottomK:
 
     def __len__(self) -> int:
         return len(self._entries)
-
-    def threshold(self) -> int | None:
-        """Largest kept key, or None while the pool is not full."""
-        return -self._heap[0] if len(self._entries) >= self.k and self._heap else None
 
     def offer_key(self, key: int) -> bool:
         """Whether an entry with ``key`` would be kept (cheap pre-check before building it)."""
@@ -133,7 +156,6 @@ class SourceStats:
     """Per-source counters and length histograms (exact, mergeable)."""
 
     rows: int = 0
-    duplicate_rows_in_pool: int = 0
     prompt_tokens: int = 0
     response_tokens: int = 0
     prompt_lengths: Counter[int] = field(default_factory=Counter)

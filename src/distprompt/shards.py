@@ -520,7 +520,8 @@ def iter_rows(
     lineno = 0
     try:
         for lineno, offset, raw in iter_lines(shard, max_line_bytes=max_line_bytes):
-            if raw is not None and not raw.strip():
+            # isspace() scans in place; strip() would copy every (possibly huge) line.
+            if raw is not None and (not raw or raw.isspace()):
                 if anomalies is not None:
                     anomalies["blank_line"] = anomalies.get("blank_line", 0) + 1
                     if first_anomaly is not None:
