@@ -99,14 +99,14 @@ def test_same_result_for_any_shard_order_and_workers(
 
 
 def test_vocabulary_mismatch_names_tokenizer_and_row(corpus: Path, deepseek_dir: Path) -> None:
-    # Qwen3 ids (special tokens at 151643+) do not fit DeepSeek-V3's 128815 ids.
-    with pytest.raises(TokenizerError) as ei:
+    # Qwen3 ids (special tokens at 151643+) do not fit DeepSeek-V3's 128815 ids: the first row
+    # is a bad row (strict), and skipping leaves no row in the vocabulary (the check fails).
+    with pytest.raises(DataError) as ei:
         build_suite(corpus, tokenizer=deepseek_dir, per_source=3, recover_turns=False)
     msg = str(ei.value)
-    assert "A1_chat/tokenized_data.jsonl:1:" in msg
-    assert str(deepseek_dir) in msg
-    # Skipping does not hide a wrong tokenizer either.
-    with pytest.raises(TokenizerError):
+    assert msg.startswith("A1_chat/tokenized_data.jsonl:1:")
+    assert str(deepseek_dir) in msg and ei.value.reason == "id_out_of_vocab"
+    with pytest.raises(TokenizerError, match="vocabulary check failed"):
         build_suite(
             corpus, tokenizer=deepseek_dir, per_source=3, recover_turns=False, on_error="skip"
         )
@@ -200,3 +200,54 @@ def test_max_output_tokens_caps_max_tokens_only(corpus: Path, qwen_dir: Path) ->
         assert b.max_tokens == min(a.max_tokens, 10)
         assert b.n_response_tokens == a.n_response_tokens  # stays as recorded
     assert capped.manifest["config"]["max_output_tokens"] == 10
+
+
+def test_dataset_root_reads_the_shards_not_the_other_jsonl(
+    tmp_path: Path,
+    qwen_dir: Path,
+    qwen_tokenizer,
+    capsys: pytest.CaptureFixture[str],  # type: ignore[no-untyped-def]
+) -> None:
+    # A normal dataset folder: the shards under prepared/, an answer key and raw conversations
+    # beside them. The root gives the same suite as prepared/ and names the ignored files.
+    from distprompt import inspect_corpus
+    from distprompt.cli import main
+
+    prepared = make_corpus(tmp_path / "root", qwen_tokenizer, {"chat": 20, "code": 12})
+    root = prepared.parent
+    (root / "answers.jsonl").write_text('{"question": "2 + 2?", "answer": "4"}\n')
+    write_shard(root / "raw" / "conversations.jsonl", [{"messages": [{"role": "user"}]}])
+    kw = {"tokenizer": qwen_dir, "per_source": 5, "recover_turns": False}
+    warnings: list[str] = []
+    a = build_suite(root, warn=warnings.append, **kw)  # type: ignore[arg-type]
+    b = build_suite(prepared, **kw)  # type: ignore[arg-type]
+
+    def key(s: Suite, prefix: str) -> list[tuple[object, ...]]:
+        return [
+            (it.id, it.prompt, it.provenance.shard.removeprefix(prefix), it.provenance.line)
+            for it in s
+        ]
+
+    assert key(a, "prepared/") == key(b, "")
+    assert a.manifest["counts"] == b.manifest["counts"]
+    assert a.manifest["corpus"]["ignored"] == ["answers.jsonl", "raw/conversations.jsonl"]
+    assert b.manifest["corpus"]["ignored"] == []
+    listed = [w for w in warnings if "answers.jsonl" in w]
+    assert len(listed) == 1 and "raw/conversations.jsonl" in listed[0]
+    # inspect reads the same shards and lists the same files
+    info = inspect_corpus(root)
+    assert info.rows == 32 and info.ignored == ("answers.jsonl", "raw/conversations.jsonl")
+    assert "ignored 2 other *.jsonl file(s)" in info.table()
+    # the CLI: once on stderr, in the manifest; --glob chooses explicitly
+    out = tmp_path / "out"
+    argv = ["export", str(root), "-t", str(qwen_dir), "--out", str(out), "--no-turns"]
+    capsys.readouterr()
+    assert main([*argv, "--per-source", "5", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("answers.jsonl") == 1 and "ignored 2 other *.jsonl file(s)" in err
+    assert orjson.loads((out / "manifest.json").read_bytes())["corpus"]["ignored"] == [
+        "answers.jsonl",
+        "raw/conversations.jsonl",
+    ]
+    assert main([*argv, "--overwrite", "--glob", "*.jsonl", "--no-progress"]) == 2
+    assert "answers.jsonl:1: expected" in capsys.readouterr().err

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from distprompt.errors import DataError, InputError
-from distprompt.shards import discover_shards, iter_rows, open_shard
+from distprompt.shards import discover_shards, find_shards, iter_rows, open_shard
 
 from factories import chat_rows, write_shard
 
@@ -37,6 +37,51 @@ def test_discover_glob_and_files(tmp_path: Path, rows) -> None:  # type: ignore[
     by_files = [s.name for s in discover_shards([str(b), str(a)])]
     assert by_files == by_glob
     assert [s.name for s in discover_shards(str(a))] == ["tokenized_data.jsonl"]
+
+
+def test_tokenized_data_files_only_when_there_are_any(tmp_path: Path, rows) -> None:  # type: ignore[no-untyped-def]
+    write_shard(tmp_path / "prepared" / "A1_x" / "tokenized_data.jsonl", rows[:2])
+    write_shard(tmp_path / "prepared" / "B1_y" / "tokenized_data.jsonl.zst", rows[:2])
+    write_shard(tmp_path / "prepared" / "B1_y" / "extra.jsonl", rows[:2])
+    (tmp_path / "answers.jsonl").write_text('{"id": 1, "answer": "42"}\n')
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "conversations.jsonl.gz").write_bytes(gzip.compress(b"{}\n"))
+    warnings: list[str] = []
+    found = find_shards(tmp_path, warn=warnings.append)
+    assert [s.name for s in found.shards] == [
+        "prepared/A1_x/tokenized_data.jsonl",
+        "prepared/B1_y/tokenized_data.jsonl.zst",
+    ]
+    assert found.ignored == (
+        "answers.jsonl",
+        "prepared/B1_y/extra.jsonl",
+        "raw/conversations.jsonl.gz",
+    )
+    # listed once, in one warning
+    assert len(warnings) == 1, warnings
+    assert "read only the 2 tokenized_data.* shard(s); ignored 3 other" in warnings[0]
+    assert "answers.jsonl" in warnings[0] and "--glob" in warnings[0]
+    # --glob chooses explicitly; the rest is ignored the same way
+    found = find_shards(tmp_path, glob="prepared/*/*.jsonl", warn=warnings.append)
+    assert [s.name for s in found.shards] == [
+        "prepared/A1_x/tokenized_data.jsonl",
+        "prepared/B1_y/extra.jsonl",
+    ]
+    assert found.ignored == (
+        "answers.jsonl",
+        "prepared/B1_y/tokenized_data.jsonl.zst",
+        "raw/conversations.jsonl.gz",
+    )
+    assert [s.name for s in find_shards(tmp_path, glob="*.jsonl.gz").shards] == [
+        "raw/conversations.jsonl.gz"
+    ]
+    with pytest.raises(InputError, match=r"matching --glob '\*\.parquet'"):
+        find_shards(tmp_path, glob="*.parquet")
+    # a folder without tokenized_data.* keeps the old rule: every *.jsonl*
+    assert find_shards(tmp_path / "raw").ignored == ()
+    assert [s.name for s in discover_shards(tmp_path / "raw")] == ["conversations.jsonl.gz"]
+    # a file given as DATA is read as given
+    assert [s.name for s in discover_shards(tmp_path / "answers.jsonl")] == ["answers.jsonl"]
 
 
 def test_discover_nothing(tmp_path: Path) -> None:

@@ -1,6 +1,14 @@
-"""Does a tokenizer match the data? Three checks, run by :func:`distprompt.corpus.inspect_corpus`.
+"""Does a tokenizer match the data? Three checks, run by ``inspect`` and ``export`` alike.
 
-* ``vocabulary`` — every token id is below the tokenizer's vocabulary size;
+:func:`distprompt.corpus.inspect_corpus` and :func:`distprompt.build_suite` both prepare the
+checks with :func:`prepare_checks` (markers learned, the per-row check for the pass) and judge
+them with :func:`run_checks` on the pass's result (no second pass: the round trip samples the
+candidate pool the pass keeps anyway), so both commands give the same verdict and message.
+
+* ``vocabulary`` — token ids are below the tokenizer's vocabulary size. A row with a larger id is
+  a bad row (``id_out_of_vocab``, left out of the figures like any other); the check fails when no
+  row at all is inside the vocabulary. Otherwise the other two checks, run on the valid rows,
+  decide: a few corrupt rows are not a wrong tokenizer;
 * ``template_markers`` — the markers the chat template puts in every prompt are in every prompt:
   the ids common to the start of every rendered probe conversation (e.g. ``<|im_start|>`` or a BOS
   token) open each prompt, and the generation prompt (what ``add_generation_prompt`` appends,
@@ -9,10 +17,11 @@
   specific;
 * ``round_trip`` — decoded prompts of a uniform sample re-encode to the same ids.
 
-The row-level checks run inside the corpus pass (:class:`RowCheck` flags each row); a check fails
-when more than :data:`MISMATCH_SHARE` of the rows fail it (``vocabulary``, ``template_markers``)
-or when fewer than :data:`MIN_ROUND_TRIP` of the sampled prompts round-trip. The outcome is a
-:class:`Check` per check in the :class:`TokenizerFigures`.
+The marker check runs inside the corpus pass (:class:`RowCheck` flags each valid row); it fails
+when more than :data:`MISMATCH_SHARE` of the valid rows fail it. The round trip fails when fewer
+than :data:`MIN_ROUND_TRIP` of the sampled prompts re-encode exactly. The outcome is a
+:class:`Check` per check in the :class:`TokenizerFigures`; :attr:`TokenizerFigures.mismatch` is
+the message both commands raise.
 """
 
 from __future__ import annotations
@@ -29,16 +38,22 @@ from distprompt.records import Row
 __all__ = [
     "MIN_ROUND_TRIP",
     "MISMATCH_SHARE",
+    "ROUND_TRIP_SAMPLE",
     "Check",
+    "Checks",
     "RowCheck",
     "TokenizerFigures",
     "learn_markers",
+    "prepare_checks",
+    "run_checks",
 ]
 
-#: A row-level check fails when more than this share of the rows fail it.
+#: The marker check fails when more than this share of the valid rows lack the markers.
 MISMATCH_SHARE = 0.01
 #: The round-trip check fails when fewer than this share of sampled prompts re-encode exactly.
 MIN_ROUND_TRIP = 0.5
+#: Prompts per source decoded and re-encoded by the round-trip check.
+ROUND_TRIP_SAMPLE = 64
 
 _PROBES: tuple[tuple[dict[str, str], ...], ...] = (
     ({"role": "user", "content": "Hello there, how are you?"},),
@@ -97,6 +112,27 @@ class TokenizerFigures:
     start_markers: str
     generation_prompt: str
     checks: tuple[Check, ...]
+
+    @property
+    def passed(self) -> bool:
+        """Whether no check failed (a check that could not run does not fail)."""
+        return all(c.passed is not False for c in self.checks)
+
+    @property
+    def mismatch(self) -> str | None:
+        """Why the tokenizer evidently is not the data's (one line per failed check), or None.
+
+        The message ``inspect`` and ``export`` print: which check, how many rows, the first
+        ``shard:line`` and what to do.
+        """
+        failed = [c for c in self.checks if c.passed is False]
+        if not failed:
+            return None
+        return "\n".join(
+            f"tokenizer {self.name!r} does not match the data: {c.name} check failed — "
+            f"{c.detail}; pass the tokenizer the data was made with"
+            for c in failed
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -172,17 +208,17 @@ def learn_markers(tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 @dataclass(frozen=True, slots=True)
 class RowCheck:
-    """Per-row tokenizer checks run inside the pass (picklable for worker processes)."""
+    """The marker check of each valid row, run inside the pass (picklable for worker processes).
 
-    vocab_size: int
+    Ids outside the vocabulary are not checked here: the pass makes such a row a bad row
+    (``id_out_of_vocab``) before it reaches this check.
+    """
+
     start: tuple[int, ...]
     gen: tuple[int, ...]
 
     def __call__(self, row: Row) -> list[str]:
         out: list[str] = []
-        ids = row.input_ids
-        if ids.size and int(ids.max()) >= self.vocab_size:
-            out.append("id_out_of_vocab")
         prompt = row.prompt_ids
         if self.start and (
             prompt.shape[0] < len(self.start)
@@ -268,6 +304,24 @@ def _rows_check(
     return Check(name, passed, total_rows, failed, first, by_source, detail)
 
 
+def _vocab_check(part: Any, total_rows: int, vocab_size: int) -> Check:
+    """``vocabulary``: out-of-vocabulary rows are bad rows; only none in the vocabulary fails."""
+    bad = int(part.skipped.get("id_out_of_vocab", 0))
+    first = part.first_skip.get("id_out_of_vocab")
+    read = bad + total_rows
+    what = f"token ids >= the vocabulary size {vocab_size}"
+    if not bad:
+        return Check("vocabulary", True, read, 0, None, {}, f"no {what} in {read} rows")
+    if total_rows == 0:
+        detail = f"{what} in every row ({bad} of {read}); first at {first}"
+        return Check("vocabulary", False, read, bad, first, {}, detail)
+    detail = (
+        f"{what} in {bad} of {read} rows, skipped as bad rows (first at {first}); the other "
+        f"checks decide on the {total_rows} valid rows"
+    )
+    return Check("vocabulary", True, read, bad, first, {}, detail)
+
+
 def tokenizer_checks(
     part: Any,
     total_rows: int,
@@ -278,19 +332,16 @@ def tokenizer_checks(
     template_note: str,
     round_trips: Mapping[str, tuple[int, int, str | None]],
 ) -> tuple[Check, ...]:
-    """The three checks, from the pass's flags (``part``) and the round trips per source.
+    """The three checks, from the pass's counts (``part``) and the round trips per source.
 
-    ``start``/``gen`` are the learned markers (``template_note`` says why they could not be
-    learned); ``round_trips`` holds :func:`count_round_trips` per source.
+    ``total_rows`` counts the valid rows; ``start``/``gen`` are the learned markers
+    (``template_note`` says why they could not be learned); ``round_trips`` holds
+    :func:`count_round_trips` per source.
     """
-    vocab = _rows_check(
-        "vocabulary",
-        ["id_out_of_vocab"],
-        part,
-        total_rows,
-        f"token ids >= the vocabulary size {vocab_size}",
-    )
-    if template_note or (not start and not gen):
+    vocab = _vocab_check(part, total_rows, vocab_size)
+    if total_rows == 0:
+        markers = Check("template_markers", None, 0, 0, None, {}, "not run: no valid row")
+    elif template_note or (not start and not gen):
         markers = Check(
             "template_markers",
             None,
@@ -335,3 +386,85 @@ def tokenizer_checks(
             detail += f" (below 100%: {srcs}); first failure at {first}"
         rt = Check("round_trip", rate >= MIN_ROUND_TRIP, n, n - ok, first, by_source, detail)
     return (vocab, markers, rt)
+
+
+@dataclass(frozen=True, slots=True)
+class Checks:
+    """The tokenizer checks prepared for one pass: the learned markers and the per-row check.
+
+    Attributes:
+        vocab_size: Ids at or above it make a row bad (``id_out_of_vocab``); pass it to the scan.
+        start: Ids every prompt starts with (learned from the chat template; may be empty).
+        gen: The generation prompt every prompt contains (may be empty).
+        template_note: Why the markers could not be learned ("" when they were).
+        row_check: The per-row marker check for the pass (``scan(check=...)``).
+    """
+
+    vocab_size: int
+    start: tuple[int, ...]
+    gen: tuple[int, ...]
+    template_note: str
+    row_check: RowCheck
+
+
+def prepare_checks(tok: Any, vocab_size: int) -> Checks:
+    """Learn the markers from the tokenizer's chat template and build the pass's row check.
+
+    Example:
+        >>> checks = prepare_checks(tok, tinfo.vocab_size)  # doctest: +SKIP
+        >>> part = scan(shards, check=checks.row_check, ...)  # doctest: +SKIP
+    """
+    start: tuple[int, ...] = ()
+    gen: tuple[int, ...] = ()
+    note = ""
+    try:
+        start, gen = learn_markers(tok)
+    except TemplateError as exc:
+        note = str(exc)
+    return Checks(vocab_size, start, gen, note, RowCheck(start=start, gen=gen))
+
+
+def run_checks(
+    checks: Checks,
+    part: Any,
+    tok: Any,
+    name: str,
+    *,
+    has_chat_template: bool,
+    round_trip_sample: int = ROUND_TRIP_SAMPLE,
+) -> tuple[TokenizerFigures, dict[str, tuple[int, int, str | None]]]:
+    """Judge the tokenizer on a finished pass (``part``, scanned with ``checks``).
+
+    The round trip decodes and re-encodes the first ``round_trip_sample`` candidates of each
+    source's pool (a uniform sample of its unique prompts, kept by the pass anyway), so no
+    second pass over the corpus is needed.
+
+    Returns:
+        The :class:`TokenizerFigures` and the round trips per source
+        (``(ok, sampled, first failing shard:line)``).
+    """
+    total_rows = sum(st.rows for st in part.stats.values())
+    round_trips = {
+        src: count_round_trips(
+            tok, part.pools[src].candidates()[:round_trip_sample], checks.vocab_size
+        )
+        for src in sorted(part.stats)
+    }
+    figures = TokenizerFigures(
+        name=name,
+        vocab_size=checks.vocab_size,
+        has_chat_template=has_chat_template,
+        start_markers=show_ids(tok, checks.start),
+        generation_prompt=show_ids(tok, checks.gen),
+        checks=tokenizer_checks(
+            part,
+            total_rows,
+            checks.vocab_size,
+            tok,
+            checks.start,
+            checks.gen,
+            checks.template_note,
+            round_trips,
+        ),
+    )
+    return figures, round_trips

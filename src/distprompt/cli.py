@@ -39,6 +39,16 @@ Data = Annotated[
     ),
 ]
 Workers = Annotated[int, typer.Option(help="Processes reading shards in parallel.", min=1)]
+Glob = Annotated[
+    str | None,
+    typer.Option(
+        "--glob",
+        metavar="PATTERN",
+        help="Which files of a DATA folder are shards, relative to it (e.g. "
+        "'*/tokenized_data.jsonl'). Default: the tokenized_data.* files when the folder holds "
+        "any, else every *.jsonl*.",
+    ),
+]
 
 
 class OnError(str, Enum):
@@ -123,7 +133,16 @@ def export(
         str | None, typer.Option(help="Comma-separated client formats (default: all).")
     ] = None,
     workers: Workers = 1,
+    glob: Glob = None,
     no_turns: Annotated[bool, typer.Option("--no-turns", help="Skip chat-turn recovery.")] = False,
+    no_tokenizer_check: Annotated[
+        bool,
+        typer.Option(
+            "--no-tokenizer-check",
+            help="Write the suite even when the tokenizer fails inspect's checks; the failed "
+            "verdict is recorded in manifest.json and on top of RUN.md and the report.",
+        ),
+    ] = False,
     overwrite: Annotated[
         bool,
         typer.Option("--overwrite", help="Replace OUT when it holds a previous distprompt output."),
@@ -156,6 +175,8 @@ def export(
         max_output_tokens=max_output_tokens,
         workers=workers,
         recover_turns=not no_turns,
+        check_tokenizer=not no_tokenizer_check,
+        glob=glob,
         progress=progress and sys.stderr.isatty(),
         warn=_warn,
     )
@@ -163,7 +184,27 @@ def export(
     typer.echo(_summary(suite.manifest), err=True)
     if suite.report is not None:
         typer.echo(suite.report.summary, err=True)
-    typer.echo(f"wrote {len(suite)} items to {out}", err=True)
+    typer.echo(f"wrote {len(suite)} items to {out}{_caveats(suite.manifest)}", err=True)
+
+
+def _caveats(manifest: dict[str, Any]) -> str:
+    """What the last line must not leave to a column: a failed check, a token-exact share < 100%."""
+    out = []
+    check = manifest.get("tokenizer_check") or {}
+    if check.get("passed") is False:
+        out.append("TOKENIZER CHECK FAILED (written with --no-tokenizer-check)")
+    fid: dict[str, int] = {}
+    for s in manifest.get("sources", {}).values():
+        for k, v in (s.get("fidelity") or {}).items():
+            fid[k] = fid.get(k, 0) + v
+    n = sum(fid.values())
+    exact = fid.get("tokens", 0)
+    if n and exact < n:
+        out.append(
+            f"only {exact} of {n} items ({100.0 * exact / n:.0f}%) are token-exact; the others "
+            "are listed in manifest.json fidelity_issues"
+        )
+    return f" — {'; '.join(out)}" if out else ""
 
 
 def _summary(manifest: dict[str, Any]) -> str:
@@ -210,6 +251,7 @@ def inspect_cmd(
         bool, typer.Option("--json", help="Print one JSON object instead of the table.")
     ] = False,
     workers: Workers = 1,
+    glob: Glob = None,
 ) -> None:
     """Show what is in a corpus, from one streaming pass: sources, shares, lengths, anomalies."""
     from distprompt.corpus import inspect_corpus
@@ -219,6 +261,7 @@ def inspect_cmd(
         tokenizer=tokenizer,
         workers=workers,
         progress=sys.stderr.isatty(),
+        glob=glob,
     )
     if json_out:
         import orjson

@@ -33,6 +33,9 @@ class Config:
     length_weight: float = 1.0
     workers: int = 1
     recover_turns: bool = True
+    # False writes a suite even when the tokenizer checks fail (the verdict is recorded).
+    check_tokenizer: bool = True
+    glob: str | None = None
 
     def __post_init__(self) -> None:
         if self.total is not None and self.per_source is not None:
@@ -69,6 +72,12 @@ class Config:
             ("lsa_dims", _is_int(self.lsa_dims) and self.lsa_dims >= 1, "an integer >= 1"),
             ("length_weight", float(self.length_weight) >= 0.0, "a number >= 0"),
             ("workers", _is_int(self.workers) and self.workers >= 1, "an integer >= 1"),
+            ("check_tokenizer", isinstance(self.check_tokenizer, bool), "True or False"),
+            (
+                "glob",
+                self.glob is None or (isinstance(self.glob, str) and bool(self.glob.strip())),
+                "None or a non-empty pattern",
+            ),
         ]
         for name, ok, expected in checks:
             if not ok:

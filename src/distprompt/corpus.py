@@ -7,8 +7,10 @@ assistant turns (runs of 1s in ``loss_mask``), duplicate prompts (exact up to th
 k-minimum-values estimate beyond) and every schema anomaly by kind with its first ``shard:line``.
 
 With a tokenizer, the checks of :mod:`distprompt.checks` (``vocabulary``, ``template_markers``,
-``round_trip``) say whether it is the data's; :meth:`CorpusInfo.raise_for_mismatch` raises a
-:class:`~distprompt.errors.TokenizerError` that names the failed check and the rows.
+``round_trip``) say whether it is the data's — the same checks, from the same code, as ``export``
+runs; :meth:`CorpusInfo.raise_for_mismatch` raises a :class:`~distprompt.errors.TokenizerError`
+that names the failed check and the rows. Rows with ids outside the vocabulary are bad rows
+(``id_out_of_vocab``), counted and left out of the figures like every other bad row.
 """
 
 from __future__ import annotations
@@ -22,15 +24,14 @@ from typing import Any
 from distprompt.checks import (
     MIN_ROUND_TRIP,
     MISMATCH_SHARE,
+    ROUND_TRIP_SAMPLE,
     Check,
-    RowCheck,
     TokenizerFigures,
-    count_round_trips,
     learn_markers,
-    show_ids,
-    tokenizer_checks,
+    prepare_checks,
+    run_checks,
 )
-from distprompt.errors import TemplateError, TokenizerError
+from distprompt.errors import TokenizerError
 from distprompt.sample import histogram_quantiles
 
 # The tokenizer checks live in distprompt.checks; they stay importable from here.
@@ -202,6 +203,8 @@ class CorpusInfo:
         sources: Figures per source, by source name (sorted).
         anomalies: Schema anomalies by kind (skipped rows and flagged valid rows).
         tokenizer: Tokenizer checks, when a tokenizer was given.
+        ignored: ``*.jsonl*`` files under DATA that were not read (beside the
+            ``tokenized_data.*`` shards, or not matched by ``glob``).
     """
 
     shards: tuple[ShardFigures, ...]
@@ -210,6 +213,7 @@ class CorpusInfo:
     sources: dict[str, SourceFigures]
     anomalies: dict[str, Anomaly]
     tokenizer: TokenizerFigures | None = None
+    ignored: tuple[str, ...] = ()
 
     @property
     def skipped_rows(self) -> int:
@@ -226,6 +230,7 @@ class CorpusInfo:
             "skipped_rows": self.skipped_rows,
             "sources": {name: f.to_dict(histograms=histograms) for name, f in self.sources.items()},
             "anomalies": {k: a.to_dict() for k, a in sorted(self.anomalies.items())},
+            "ignored": list(self.ignored),
             "tokenizer": self.tokenizer.to_dict() if self.tokenizer else None,
             "mismatch": self.mismatch,
         }
@@ -233,16 +238,7 @@ class CorpusInfo:
     @property
     def mismatch(self) -> str | None:
         """Why the tokenizer evidently is not the data's (one line per failed check), or None."""
-        if self.tokenizer is None:
-            return None
-        failed = [c for c in self.tokenizer.checks if c.passed is False]
-        if not failed:
-            return None
-        return "\n".join(
-            f"tokenizer {self.tokenizer.name!r} does not match the data: {c.name} check failed — "
-            f"{c.detail}; pass the tokenizer the data was made with"
-            for c in failed
-        )
+        return None if self.tokenizer is None else self.tokenizer.mismatch
 
     def raise_for_mismatch(self) -> None:
         """Raise :class:`~distprompt.errors.TokenizerError` when a tokenizer check failed."""
@@ -266,9 +262,10 @@ def inspect_corpus(
     tokenizer: Any = None,
     workers: int = 1,
     progress: bool = False,
-    round_trip_sample: int = 64,
+    round_trip_sample: int = ROUND_TRIP_SAMPLE,
     max_candidates: int = 4096,
     seed: int = 0,
+    glob: str | None = None,
 ) -> CorpusInfo:
     """Figures of a corpus from one streaming pass, and (with a tokenizer) whether it matches.
 
@@ -285,6 +282,9 @@ def inspect_corpus(
         round_trip_sample: Prompts per source decoded and re-encoded for the round-trip rate.
         max_candidates: Unique prompts kept per source; distinct counts are exact up to it.
         seed: Selects which uniform sample of prompts is kept.
+        glob: Which files of each DATA folder are shards (a pattern relative to the folder,
+            e.g. ``"*/tokenized_data.jsonl"``); by default the ``tokenized_data.*`` files when
+            the folder holds any, else every ``*.jsonl*`` file.
 
     Returns:
         The :class:`CorpusInfo`; a failed tokenizer check is in ``info.mismatch`` (call
@@ -302,38 +302,38 @@ def inspect_corpus(
     """
     from distprompt.decode import load_tokenizer
     from distprompt.sample import scan
-    from distprompt.shards import discover_shards
+    from distprompt.shards import find_shards
 
-    shards = discover_shards(data)
-    tok = tinfo = None
-    check: RowCheck | None = None
-    start: tuple[int, ...] = ()
-    gen: tuple[int, ...] = ()
-    template_note = ""
+    found = find_shards(data, glob=glob)
+    shards = found.shards
+    tok = tinfo = checks = None
     if tokenizer is not None:
         tok, tinfo = load_tokenizer(tokenizer)
-        try:
-            start, gen = learn_markers(tok)
-        except TemplateError as exc:
-            template_note = str(exc)
-        check = RowCheck(vocab_size=tinfo.vocab_size, start=start, gen=gen)
+        checks = prepare_checks(tok, tinfo.vocab_size)
     part = scan(
         shards,
         max_candidates=max_candidates,
         seed=seed,
         skip_bad_rows=True,
+        vocab_size=checks.vocab_size if checks else None,
+        tokenizer_name=tinfo.name if tinfo else "",
         workers=workers,
         progress=progress,
-        check=check,
+        check=checks.row_check if checks else None,
     )
     total_rows = sum(st.rows for st in part.stats.values())
     total_tokens = sum(_weighted_sum(st.seq_lengths) for st in part.stats.values())
     round_trips: dict[str, tuple[int, int, str | None]] = {}
-    if tok is not None and tinfo is not None:
-        for src in sorted(part.stats):
-            round_trips[src] = count_round_trips(
-                tok, part.pools[src].candidates()[:round_trip_sample], tinfo.vocab_size
-            )
+    tfig = None
+    if checks is not None and tinfo is not None:
+        tfig, round_trips = run_checks(
+            checks,
+            part,
+            tok,
+            tinfo.name,
+            has_chat_template=tinfo.has_chat_template,
+            round_trip_sample=round_trip_sample,
+        )
     sources: dict[str, SourceFigures] = {}
     for src in sorted(part.stats):
         st = part.stats[src]
@@ -365,25 +365,6 @@ def inspect_corpus(
         anomalies[kind] = Anomaly(kind, n, part.first_skip.get(kind, "?"), skipped=True)
     for kind, n in part.anomalies.items():
         anomalies[kind] = Anomaly(kind, n, part.first_anomaly.get(kind, "?"), skipped=False)
-    tfig = None
-    if tok is not None and tinfo is not None:
-        tfig = TokenizerFigures(
-            name=tinfo.name,
-            vocab_size=tinfo.vocab_size,
-            has_chat_template=tinfo.has_chat_template,
-            start_markers=show_ids(tok, start),
-            generation_prompt=show_ids(tok, gen),
-            checks=tokenizer_checks(
-                part,
-                total_rows,
-                tinfo.vocab_size,
-                tok,
-                start,
-                gen,
-                template_note,
-                round_trips,
-            ),
-        )
     return CorpusInfo(
         shards=tuple(
             ShardFigures(name=s.name, bytes=s.size, rows=part.shard_rows.get(s.name, 0))
@@ -394,6 +375,7 @@ def inspect_corpus(
         sources=sources,
         anomalies=dict(sorted(anomalies.items())),
         tokenizer=tfig,
+        ignored=found.ignored,
     )
 
 
@@ -415,6 +397,11 @@ def _turns(counter: Mapping[int, int], rows: int) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------
 # the terminal table
 # ---------------------------------------------------------------------------------------------
+
+
+def _ignored_line(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+    return f"ignored {len(names)} other *.jsonl file(s), not read: {shown}"
 
 
 def _human_bytes(n: int) -> str:
@@ -474,6 +461,8 @@ def _table(info: CorpusInfo) -> str:
         for name, f in info.sources.items():
             lens.append([name, *_q(f.prompt_tokens), *_q(f.response_tokens), *_q(f.total_tokens)])
         out += ["", *format_table(lens)]
+    if info.ignored:
+        out += ["", _ignored_line(info.ignored)]
     if info.anomalies:
         out += ["", "anomalies (kind: rows, first at):"]
         for a in info.anomalies.values():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -12,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from distprompt._version import __version__
+from distprompt.checks import TokenizerFigures, prepare_checks, run_checks
 from distprompt.config import Config
 from distprompt.decode import TokenizerInfo, decode, load_tokenizer
 from distprompt.errors import InputError, TokenizerError
@@ -20,7 +22,7 @@ from distprompt.records import Candidate, SuiteItem
 from distprompt.report import build_report
 from distprompt.sample import Partial, SourceStats, histogram_quantiles, scan
 from distprompt.select import select
-from distprompt.shards import Shard, discover_shards
+from distprompt.shards import Shard, find_shards
 from distprompt.stratify import Quota, allocate
 from distprompt.suite import Suite
 from distprompt.vectorize import vectorize
@@ -29,8 +31,8 @@ __all__ = ["build_suite", "item_id"]
 
 logger = logging.getLogger("distprompt.pipeline")
 
-#: Out-of-vocabulary rows above this share mean the tokenizer is not the data's, even when skipping.
-OOV_MISMATCH_SHARE = 0.01
+#: Flags of the marker check: reported under ``tokenizer_check``, not as schema anomalies.
+_MARKER_FLAGS = frozenset({"template_start_missing", "generation_prompt_missing"})
 
 
 def item_id(source: str, prompt_ids: Sequence[int] | np.ndarray) -> str:
@@ -62,6 +64,8 @@ def build_suite(
     near_duplicate: float = 0.95,
     workers: int = 1,
     recover_turns: bool = True,
+    check_tokenizer: bool = True,
+    glob: str | None = None,
     progress: bool = False,
     warn: Callable[[str], None] | None = None,
 ) -> Suite:
@@ -82,6 +86,13 @@ def build_suite(
         near_duplicate: TF-IDF cosine at which two prompts count as near-duplicates.
         workers: Processes reading shards in parallel (does not change the result).
         recover_turns: Recover chat ``messages`` and check fidelity (needs a chat template).
+        check_tokenizer: Refuse a tokenizer that fails the checks ``inspect`` runs
+            (``vocabulary``, ``template_markers``, ``round_trip``; see :mod:`distprompt.checks`).
+            False builds the suite anyway and records the failed verdict in the manifest
+            (``tokenizer_check``), on top of ``RUN.md`` and in the report's summary.
+        glob: Which files of each DATA folder are shards (see
+            :func:`distprompt.shards.find_shards`); by default the ``tokenized_data.*`` files
+            when the folder holds any, else every ``*.jsonl*`` file.
         progress: Show progress bars on stderr.
         warn: Called with each warning as it arises (the CLI prints them).
 
@@ -91,8 +102,10 @@ def build_suite(
     Raises:
         ConfigError: Invalid options (before any shard is read).
         InputError: DATA has no readable shard.
-        DataError: A bad row, when ``on_error="raise"``.
-        TokenizerError: The tokenizer cannot be loaded or does not match the data.
+        DataError: A bad row (an id outside the vocabulary included), when
+            ``on_error="raise"``.
+        TokenizerError: The tokenizer cannot be loaded, or fails a check (unless
+            ``check_tokenizer=False``); the message is the one ``inspect`` gives.
 
     Example:
         >>> from distprompt import build_suite
@@ -114,6 +127,8 @@ def build_suite(
         near_duplicate=near_duplicate,
         workers=workers,
         recover_turns=recover_turns,
+        check_tokenizer=check_tokenizer,
+        glob=glob,
     )
     warnings: list[str] = []
 
@@ -124,19 +139,35 @@ def build_suite(
             warn(msg)
 
     tok, tinfo = load_tokenizer(tokenizer)
-    shards = discover_shards(data, warn=_warn)
+    found = find_shards(data, warn=_warn, glob=config.glob)
+    shards = found.shards
+    checks = prepare_checks(tok, tinfo.vocab_size)
     skip = config.on_error == "skip"
     part = scan(
         shards,
         max_candidates=config.max_candidates,
         seed=config.seed,
         skip_bad_rows=skip,
-        vocab_size=tinfo.vocab_size,
+        vocab_size=checks.vocab_size,
         tokenizer_name=tinfo.name,
         workers=config.workers,
         progress=progress,
+        check=checks.row_check,
     )
-    _check_vocab(part, tinfo)
+    # The checks inspect runs, on this pass (the round trip samples the candidate pools).
+    verdict, _ = run_checks(
+        checks, part, tok, tinfo.name, has_chat_template=tinfo.has_chat_template
+    )
+    if verdict.mismatch is not None:
+        if config.check_tokenizer:
+            raise TokenizerError(
+                f"{verdict.mismatch} (or --no-tokenizer-check to write the suite anyway, with "
+                "this verdict recorded)"
+            )
+        _warn(
+            "tokenizer check failed, the suite is written anyway (--no-tokenizer-check): "
+            + "; ".join(verdict.mismatch.splitlines())
+        )
     if part.skipped:
         total_skipped = sum(part.skipped.values())
         detail = ", ".join(
@@ -194,7 +225,17 @@ def build_suite(
             )
 
     manifest = _manifest(
-        config, tinfo, shards, part, quotas, selected_counts, items, warnings, data=data
+        config,
+        tinfo,
+        shards,
+        part,
+        quotas,
+        selected_counts,
+        items,
+        warnings,
+        data=data,
+        ignored=found.ignored,
+        verdict=verdict,
     )
     manifest["template"] = _template_summary(profile)
     manifest["fidelity_issues"] = [
@@ -209,7 +250,18 @@ def build_suite(
         items=items,
         meta={"method": config.method, "seed": config.seed},
     )
+    if verdict.mismatch is not None:
+        # On top of every rendering of the report (report.md, report.html, the CLI line).
+        report = dataclasses.replace(report, summary=f"{_failed_banner(verdict)} {report.summary}")
     return Suite(items, manifest, report=report)
+
+
+def _failed_banner(verdict: TokenizerFigures) -> str:
+    failed = ", ".join(c.name for c in verdict.checks if c.passed is False)
+    return (
+        f"TOKENIZER CHECK FAILED ({failed}; written with --no-tokenizer-check): the prompts may "
+        "not be the data's, see manifest.json tokenizer_check."
+    )
 
 
 def _template_summary(profile: Any) -> dict[str, Any] | None:
@@ -228,18 +280,6 @@ def _template_summary(profile: Any) -> dict[str, Any] | None:
         "drops_earlier_reasoning": profile.drops_earlier_reasoning,
         "failed_probes": sorted(profile.failed_probes),
     }
-
-
-def _check_vocab(part: Partial, tinfo: TokenizerInfo) -> None:
-    bad = part.skipped.get("id_out_of_vocab", 0)
-    kept = sum(st.rows for st in part.stats.values())
-    if bad and bad > OOV_MISMATCH_SHARE * (bad + kept):
-        raise TokenizerError(
-            f"{part.first_skip.get('id_out_of_vocab', '?')}: expected token ids below "
-            f"{tinfo.vocab_size} (the vocabulary of tokenizer {tinfo.name!r}), found {bad} of "
-            f"{bad + kept} rows with larger ids; the data was made with another tokenizer — "
-            "pass the matching --tokenizer"
-        )
 
 
 def _learn_profile(tok: Any, tinfo: TokenizerInfo, warn: Callable[[str], None]) -> Any:
@@ -359,6 +399,8 @@ def _manifest(
     warnings: list[str],
     *,
     data: Any,
+    ignored: Sequence[str] = (),
+    verdict: TokenizerFigures | None = None,
 ) -> dict[str, Any]:
     import sklearn
     import tokenizers
@@ -408,14 +450,33 @@ def _manifest(
                 {"name": s.name, "bytes": s.size, "rows": part.shard_rows.get(s.name, 0)}
                 for s in shards
             ],
+            "ignored": list(ignored),
         },
         "counts": {
             "rows": sum(st.rows for st in part.stats.values()),
             "items": len(items),
             "skipped": dict(sorted(part.skipped.items())),
             "first_skipped": dict(sorted(part.first_skip.items())),
-            "anomalies": dict(sorted(part.anomalies.items())),
+            "anomalies": {
+                k: v for k, v in sorted(part.anomalies.items()) if k not in _MARKER_FLAGS
+            },
         },
+        "tokenizer_check": _verdict_dict(verdict, enforced=config.check_tokenizer),
         "sources": sources,
         "warnings": list(warnings),
+    }
+
+
+def _verdict_dict(verdict: TokenizerFigures | None, *, enforced: bool) -> dict[str, Any] | None:
+    """The manifest's ``tokenizer_check``: the verdict, whether it was enforced, the checks."""
+    if verdict is None:
+        return None
+    d = verdict.to_dict()
+    return {
+        "passed": verdict.passed,
+        "enforced": enforced,
+        "mismatch": verdict.mismatch,
+        "start_markers": d["start_markers"],
+        "generation_prompt": d["generation_prompt"],
+        "checks": d["checks"],
     }

@@ -230,7 +230,8 @@ def scan_shard(
         max_candidates: Pool size ``k`` per source.
         seed: Selects the hash, hence which uniform sample the pool is.
         skip_bad_rows: Count and skip bad rows instead of raising at the first one.
-        vocab_size: When given, ids ``>= vocab_size`` make the row bad (``id_out_of_vocab``).
+        vocab_size: When given, ids ``>= vocab_size`` make the row a bad row
+            (``id_out_of_vocab``), raised or skipped like any other.
         tokenizer_name: Named in the out-of-vocabulary message.
         on_row: Called with the row's line offset after each row (progress).
         check: Called with each valid row; every reason it returns flags the row (counted in
@@ -242,8 +243,7 @@ def scan_shard(
     corrupt compressed stream ends the shard and is counted as ``corrupt_stream``.
 
     Raises:
-        DataError: A bad row, unless ``skip_bad_rows``.
-        TokenizerError: An id outside the vocabulary, unless ``skip_bad_rows``.
+        DataError: A bad row (an id outside the vocabulary included), unless ``skip_bad_rows``.
         InputError: The shard cannot be read, or (unless ``skip_bad_rows``) its compressed
             stream is truncated or corrupt.
     """
@@ -264,10 +264,16 @@ def scan_shard(
             if top >= vocab_size:
                 where = f"{row.provenance.shard}:{row.provenance.line}"
                 if not skip_bad_rows:
-                    raise TokenizerError(
-                        f"{where}: expected token ids below {vocab_size} (the vocabulary of "
-                        f"tokenizer {tokenizer_name!r}), found id {top}; the data was made with "
-                        "another tokenizer — pass the matching --tokenizer"
+                    # A bad row like any other: whether the tokenizer is wrong is for the
+                    # tokenizer checks to say, on the valid rows.
+                    raise DataError(
+                        row.provenance.shard,
+                        row.provenance.line,
+                        "id_out_of_vocab",
+                        f"expected token ids below {vocab_size} (the vocabulary of tokenizer "
+                        f"{tokenizer_name!r}), found id {top}; a corrupt row, or data made with "
+                        "another tokenizer — check with `distprompt inspect DATA --tokenizer "
+                        "TOK`, pass the matching --tokenizer, or --on-error skip to skip such rows",
                     )
                 skipped["id_out_of_vocab"] = skipped.get("id_out_of_vocab", 0) + 1
                 first.setdefault("id_out_of_vocab", where)

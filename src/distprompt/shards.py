@@ -24,6 +24,11 @@ Broken input is reported, never passed over in silence (see :mod:`distprompt.err
 - Discovery refuses shard-named symlinks that are broken or loop, and folders it cannot list;
   folders without any shard are ignored with a warning (sources come from the rows, not from
   folder names, but a folder of ``.json`` or ``.parquet`` files is probably a mistake).
+- A DATA folder that holds ``tokenized_data.jsonl`` (``.gz``, ``.zst``) files is read for those
+  only: a dataset folder also holds other JSON Lines files (answer keys, stats, raw
+  conversations) that are not shards. The others are listed once as ignored (a warning, and
+  :attr:`ShardSet.ignored` for the manifest). A folder without any ``tokenized_data.*`` file is
+  read for every ``*.jsonl*`` file; ``glob`` chooses the files explicitly.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import gzip
 import io
 import logging
 import os
+import re
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -47,9 +53,12 @@ from distprompt.validate import DEFAULT_MAX_LINE_BYTES, REQUIRED_KEYS, parse_row
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
     "REQUIRED_KEYS",
+    "SHARD_NAMES",
     "SHARD_SUFFIXES",
     "Shard",
+    "ShardSet",
     "discover_shards",
+    "find_shards",
     "iter_lines",
     "iter_rows",
     "open_shard",
@@ -59,6 +68,8 @@ __all__ = [
 logger = logging.getLogger("distprompt.shards")
 
 SHARD_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
+#: File names of the shards a prepared dataset folder holds: only these are read when present.
+SHARD_NAMES = tuple(f"tokenized_data{s}" for s in SHARD_SUFFIXES)
 _READ_CHUNK = 1 << 20
 #: Suffixes of compressions distprompt does not read: named explicitly, they are refused clearly
 #: instead of being parsed as garbage.
@@ -79,22 +90,62 @@ def _is_shard(p: Path) -> bool:
     return p.name.endswith(SHARD_SUFFIXES)
 
 
+@dataclass(frozen=True, slots=True)
+class ShardSet:
+    """What discovery found: the shards to read and the ``*.jsonl*`` files it left out.
+
+    Attributes:
+        shards: The shards, sorted by name.
+        ignored: Names (relative to their DATA folder, with ``/``) of the ``*.jsonl*`` files
+            under a DATA folder that are not read: beside ``tokenized_data.*`` shards, or not
+            matched by ``glob``. Sorted.
+    """
+
+    shards: list[Shard]
+    ignored: tuple[str, ...] = ()
+
+
 def discover_shards(
     data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     warn: Callable[[str], None] | None = None,
+    glob: str | None = None,
 ) -> list[Shard]:
-    """List the shards DATA names, in sorted order.
+    """List the shards DATA names, in sorted order (:func:`find_shards` without the ignored list).
+
+    Example:
+        >>> discover_shards("data_samples/prepared")[0].name  # doctest: +SKIP
+        'A1_deepswekimi/tokenized_data.jsonl'
+    """
+    return find_shards(data, warn=warn, glob=glob).shards
+
+
+def find_shards(
+    data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    warn: Callable[[str], None] | None = None,
+    glob: str | None = None,
+) -> ShardSet:
+    """List the shards DATA names, in sorted order, and the files of its folders left out.
+
+    In a DATA folder (searched recursively), the shards are the ``tokenized_data.jsonl``
+    (``.gz``, ``.zst``) files when there is any; the other ``*.jsonl*`` files are ignored and
+    named once in a warning. A folder without ``tokenized_data.*`` files is read for every
+    ``*.jsonl``, ``*.jsonl.gz`` and ``*.jsonl.zst`` file. A glob or a file given as DATA is read
+    as given.
 
     Args:
-        data: A directory (searched recursively for ``*.jsonl``, ``*.jsonl.gz``, ``*.jsonl.zst``),
-            a glob pattern, a file, or a list of those.
-        warn: Called with each warning (a folder without shards, a directory symlink loop);
-            logged on ``distprompt.shards`` when None.
+        data: A directory, a glob pattern, a file, or a list of those.
+        warn: Called with each warning (ignored files, a folder without shards, a directory
+            symlink loop); logged on ``distprompt.shards`` when None.
+        glob: Chooses the shards of each DATA folder explicitly instead: a pattern matched
+            against the path relative to the folder (``*`` and ``?`` stay within a folder, ``**``
+            spans folders; a pattern without ``/`` is matched against file names), e.g.
+            ``"*/tokenized_data.jsonl"`` or ``"*.jsonl.zst"``. Only ``*.jsonl*`` files qualify.
 
     Returns:
-        Shards sorted by their relative name; names are relative to the directory, the glob's
-        fixed prefix, or (for files) their common parent.
+        The :class:`ShardSet`: shards sorted by their relative name (relative to the directory,
+        the glob's fixed prefix, or, for files, their common parent) and the ignored names.
 
     Raises:
         InputError: Nothing exists at DATA, no shard matches, a folder cannot be listed, a
@@ -102,16 +153,24 @@ def discover_shards(
             does not read.
 
     Example:
-        >>> discover_shards("data_samples/prepared")[0].name  # doctest: +SKIP
-        'A1_deepswekimi/tokenized_data.jsonl'
+        >>> find_shards("data_samples").ignored  # doctest: +SKIP
+        ()
     """
     say = warn if warn is not None else (lambda msg: logger.warning("%s", msg))
     specs = [data] if isinstance(data, (str, os.PathLike)) else list(data)
     if not specs:
         raise InputError("expected DATA (a directory, a glob or files), found nothing")
+    if glob is not None and not glob.strip():
+        raise InputError(
+            "expected --glob to be a pattern such as '*/tokenized_data.jsonl', found ''"
+        )
+    pattern = _glob_regex(glob) if glob is not None else None
     found: dict[Path, Shard] = {}
+    ignored: list[str] = []
     for spec in specs:
-        for shard in _discover_one(str(spec), warn=say):
+        for shard in _discover_one(
+            str(spec), warn=say, pattern=pattern, glob=glob, ignored=ignored
+        ):
             found.setdefault(shard.path.resolve(), shard)
     if len(specs) > 1:
         # Several inputs: name each file relative to the common parent of all of them.
@@ -123,17 +182,102 @@ def discover_shards(
         }
     shards = sorted(found.values(), key=lambda s: s.name)
     if not shards:
+        if glob is not None:
+            raise InputError(
+                f"{data}: expected *.jsonl, *.jsonl.gz or *.jsonl.zst files matching --glob "
+                f"{glob!r}, found none ({len(ignored)} other *.jsonl file(s)); check the pattern "
+                "(relative to the DATA folder)"
+            )
         raise InputError(
             f"{data}: expected shards named *.jsonl, *.jsonl.gz or *.jsonl.zst, found none; "
             "check the path or the glob"
         )
-    return shards
+    return ShardSet(shards=shards, ignored=tuple(sorted(set(ignored))))
 
 
-def _discover_one(spec: str, *, warn: Callable[[str], None]) -> Iterator[Shard]:
+def _glob_regex(glob: str) -> re.Pattern[str]:
+    """A ``--glob`` pattern as a regex over relative paths (``**`` spans folders)."""
+    pat = glob.strip().lstrip("/")
+    if pat.startswith("./"):
+        pat = pat[2:]
+    if "/" not in pat:
+        pat = "**/" + pat  # a bare name pattern matches at any depth
+    out, i = [], 0
+    while i < len(pat):
+        c = pat[i]
+        if pat.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pat.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif c == "*":
+            out.append("[^/]*")
+            i += 1
+        elif c == "?":
+            out.append("[^/]")
+            i += 1
+        elif c == "[" and "]" in pat[i + 2 :]:
+            j = pat.index("]", i + 2)
+            body = pat[i + 1 : j]
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+            i = j + 1
+        else:
+            out.append(re.escape(c))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def _choose(
+    files: list[Shard],
+    *,
+    top: Path,
+    spec: str,
+    pattern: re.Pattern[str] | None,
+    glob: str | None,
+    ignored: list[str],
+    warn: Callable[[str], None],
+) -> Iterator[Shard]:
+    """The shards of one DATA folder: ``glob``'s choice, else ``tokenized_data.*`` if any."""
+    if pattern is not None:
+        keep = [f for f in files if pattern.match(_rel(f.path, top))]
+        why = f"--glob {glob!r} chose {len(keep)} shard(s)"
+    else:
+        keep = [f for f in files if f.path.name in SHARD_NAMES]
+        why = f"read only the {len(keep)} tokenized_data.* shard(s)"
+        if not keep:
+            keep = files
+    chosen = {id(f) for f in keep}
+    left = [f.name for f in files if id(f) not in chosen]
+    if left:
+        ignored.extend(left)
+        shown = ", ".join(left[:5]) + (", ..." if len(left) > 5 else "")
+        hint = "" if pattern is not None else "; pass --glob PATTERN to choose the files"
+        warn(f"{spec}: {why}; ignored {len(left)} other *.jsonl file(s): {shown}{hint}")
+    yield from keep
+
+
+def _discover_one(
+    spec: str,
+    *,
+    warn: Callable[[str], None],
+    pattern: re.Pattern[str] | None = None,
+    glob: str | None = None,
+    ignored: list[str] | None = None,
+) -> Iterator[Shard]:
     path = Path(spec)
+    left: list[str] = ignored if ignored is not None else []
     if path.is_dir():
-        yield from _walk(path, root=path, warn=warn)
+        files = list(_walk(path, root=path, warn=warn))
+        yield from _choose(
+            files,
+            top=path,
+            spec=spec,
+            pattern=pattern,
+            glob=glob,
+            ignored=left,
+            warn=warn,
+        )
         return
     if path.is_file():
         _check_suffix(path)
@@ -151,7 +295,16 @@ def _discover_one(spec: str, *, warn: Callable[[str], None]) -> Iterator[Shard]:
         for m in sorted(globlib.glob(spec, recursive=True)):
             p = Path(m)
             if p.is_dir():
-                yield from _walk(p, root=root, warn=warn)
+                files = list(_walk(p, root=root, warn=warn))
+                yield from _choose(
+                    files,
+                    top=p,
+                    spec=m,
+                    pattern=pattern,
+                    glob=glob,
+                    ignored=left,
+                    warn=warn,
+                )
             elif _is_shard(p):
                 _check_file(p, root)
                 yield Shard(path=p, name=p.relative_to(root).as_posix(), size=p.stat().st_size)

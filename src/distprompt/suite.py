@@ -119,6 +119,9 @@ class Suite:
                 formats=fmts,
                 tokenizer_name=str(self.manifest.get("tokenizer", {}).get("name", "")),
             )
+            failed = _failed_verdict(self.manifest)
+            if failed is not None and "run_md" in files:
+                _put_on_top(tmp / files["run_md"][0], failed)
             if self._report is not None:
                 files["report"] = self._report.write(tmp)
             manifest = dict(self.manifest)
@@ -158,6 +161,29 @@ class Suite:
         if (p / REPORT_JSON).is_file():
             report = Report.load(p / REPORT_JSON)
         return cls(items, manifest, report=report)
+
+
+def _failed_verdict(manifest: dict[str, Any]) -> list[str] | None:
+    """Markdown lines telling that the tokenizer checks failed, or None when they passed."""
+    check = manifest.get("tokenizer_check") or {}
+    if check.get("passed", True):
+        return None
+    lines = [
+        "> **Tokenizer check FAILED.** This suite was written with `--no-tokenizer-check` "
+        "although the tokenizer does not match the data: the prompts may be garbage. "
+        "The verdict (`manifest.json`, `tokenizer_check`):",
+        ">",
+    ]
+    lines += [f"> - {m}" for m in str(check.get("mismatch") or "").splitlines()]
+    return lines
+
+
+def _put_on_top(path: Path, block: list[str]) -> None:
+    """Insert ``block`` below the first heading of a Markdown file (written atomically)."""
+    text = path.read_text(encoding="utf-8").split("\n")
+    at = 1 if text and text[0].startswith("#") else 0
+    out = [*text[:at], "", *block, *text[at:]]
+    atomic_write_bytes(path, "\n".join(out).encode("utf-8"))
 
 
 def check_out_dir(out: Path, *, overwrite: bool) -> None:

@@ -1,0 +1,246 @@
+"""One tokenizer check for ``inspect`` and ``export`` (issue 8).
+
+Data of one real tokenizer is exported with the other, in both directions: DeepSeek-V3 data with
+Qwen3 (a larger vocabulary: every id fits, the markers and the round trip give it away) and Qwen3
+data with DeepSeek-V3 (a smaller vocabulary: the ids do not fit). ``export`` refuses before
+anything is written, with the message ``inspect`` gives; ``--no-tokenizer-check`` writes anyway
+and records the verdict. Out-of-vocabulary rows are bad rows like any other.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from distprompt import Suite, build_suite, inspect_corpus
+from distprompt.cli import main
+from distprompt.errors import DataError, InputError, TokenizerError
+
+from factories import chat_rows, make_corpus, write_shard
+
+SHARD = "A1_chat/tokenized_data.jsonl"
+
+
+@pytest.fixture(scope="module")
+def qwen_data(tmp_path_factory: pytest.TempPathFactory, qwen_tokenizer: Any) -> Path:
+    return make_corpus(tmp_path_factory.mktemp("qwen"), qwen_tokenizer, {"chat": 12})
+
+
+@pytest.fixture(scope="module")
+def deepseek_data(tmp_path_factory: pytest.TempPathFactory, deepseek_tokenizer: Any) -> Path:
+    return make_corpus(tmp_path_factory.mktemp("ds"), deepseek_tokenizer, {"chat": 12})
+
+
+def _export(
+    data: Path, tok: Path, out: Path, *args: str, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main(
+        [
+            "export",
+            str(data),
+            "--tokenizer",
+            str(tok),
+            "--out",
+            str(out),
+            "--per-source",
+            "4",
+            "--no-progress",
+            *args,
+        ]
+    )
+    return code, capsys.readouterr().err
+
+
+def _inspect_error(data: Path, tok: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    capsys.readouterr()
+    assert main(["inspect", str(data), "--tokenizer", str(tok)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: "), err
+    return err[len("error: ") :].rstrip("\n")
+
+
+# --------------------------------------------------------------------------------------------
+# refused: both directions, library and CLI, nothing written
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_larger_vocabulary_is_refused_with_inspects_message(
+    deepseek_data: Path, qwen_dir: Path, on_error: str
+) -> None:
+    # DeepSeek-V3 ids all fit in Qwen3's vocabulary: only the markers and round trip tell.
+    info = inspect_corpus(deepseek_data, tokenizer=qwen_dir)
+    assert info.mismatch is not None
+    with pytest.raises(TokenizerError) as ei:
+        build_suite(
+            deepseek_data, tokenizer=qwen_dir, per_source=4, recover_turns=False, on_error=on_error
+        )
+    msg = str(ei.value)
+    assert msg.startswith(info.mismatch), (msg, info.mismatch)
+    assert "template_markers check failed" in msg and "round_trip check failed" in msg
+    assert f"first at {SHARD}:1" in msg and "in 12 of 12 rows" in msg
+    assert "pass the tokenizer the data was made with" in msg and "--no-tokenizer-check" in msg
+
+
+def test_smaller_vocabulary_is_refused(qwen_data: Path, deepseek_dir: Path) -> None:
+    # Qwen3 special tokens (151643+) do not fit DeepSeek-V3's 128815 ids. Strict: the first row
+    # is a bad row, as any other; skipping: no row is left in the vocabulary, the check fails.
+    with pytest.raises(DataError) as ei:
+        build_suite(qwen_data, tokenizer=deepseek_dir, per_source=4, recover_turns=False)
+    assert (ei.value.shard, ei.value.line, ei.value.reason) == (SHARD, 1, "id_out_of_vocab")
+    assert "expected token ids below 128815" in str(ei.value)
+    info = inspect_corpus(qwen_data, tokenizer=deepseek_dir)
+    assert info.mismatch is not None and "vocabulary check failed" in info.mismatch
+    assert info.rows == 0 and info.anomalies["id_out_of_vocab"].count == 12
+    with pytest.raises(TokenizerError) as ti:
+        build_suite(
+            qwen_data, tokenizer=deepseek_dir, per_source=4, recover_turns=False, on_error="skip"
+        )
+    msg = str(ti.value)
+    assert msg.startswith(info.mismatch)
+    assert "vocabulary size 128815 in every row (12 of 12); first at " + SHARD + ":1" in msg
+
+
+def test_cli_refuses_both_directions_and_writes_nothing(
+    qwen_data: Path,
+    deepseek_data: Path,
+    qwen_dir: Path,
+    deepseek_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = tmp_path / "out"
+    # larger vocabulary: the same lines as inspect, plus what to do in export
+    code, err = _export(deepseek_data, qwen_dir, out, capsys=capsys)
+    assert code == 2 and not out.exists() and list(tmp_path.iterdir()) == []
+    said = _inspect_error(deepseek_data, qwen_dir, capsys)
+    assert err.startswith("error: " + said), (err, said)
+    assert "--no-tokenizer-check" in err and "Traceback" not in err
+    # smaller vocabulary, skipping
+    code, err = _export(qwen_data, deepseek_dir, out, "--on-error", "skip", capsys=capsys)
+    assert code == 2 and not out.exists()
+    said = _inspect_error(qwen_data, deepseek_dir, capsys)
+    assert "vocabulary check failed" in said and err.startswith("error: " + said)
+    # smaller vocabulary, strict: the first bad row with shard:line
+    code, err = _export(qwen_data, deepseek_dir, out, capsys=capsys)
+    assert code == 2 and not out.exists()
+    assert err.startswith(f"error: {SHARD}:1: expected token ids below 128815"), err
+
+
+# --------------------------------------------------------------------------------------------
+# --no-tokenizer-check: written, the verdict recorded
+# --------------------------------------------------------------------------------------------
+
+
+def test_no_tokenizer_check_writes_with_the_verdict_recorded(
+    deepseek_data: Path, qwen_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    code, err = _export(deepseek_data, qwen_dir, out, "--no-tokenizer-check", capsys=capsys)
+    assert code == 0, err
+    info = inspect_corpus(deepseek_data, tokenizer=qwen_dir)
+    m = orjson.loads((out / "manifest.json").read_bytes())
+    check = m["tokenizer_check"]
+    assert check["passed"] is False and check["enforced"] is False
+    assert check["mismatch"] == info.mismatch
+    assert check["checks"]["template_markers"]["failed"] == 12
+    assert m["config"]["check_tokenizer"] is False
+    assert any(w.startswith("tokenizer check failed") for w in m["warnings"])
+    # on top of RUN.md (right below its title) and of the report
+    run_md = (out / "RUN.md").read_text(encoding="utf-8").splitlines()
+    assert run_md[0] == "# Running this suite"
+    assert run_md[2].startswith("> **Tokenizer check FAILED.**")
+    assert "template_markers check failed" in "\n".join(run_md[:8])
+    report_md = (out / "report.md").read_text(encoding="utf-8").splitlines()
+    assert report_md[2].startswith("TOKENIZER CHECK FAILED (template_markers, round_trip;")
+    assert "TOKENIZER CHECK FAILED" in (out / "report.html").read_text(encoding="utf-8")
+    assert json.loads((out / "report.json").read_bytes())["summary"].startswith("TOKENIZER")
+    # the last line says it, and that the suite is not token-exact (not only in a column)
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"wrote 4 items to {out} — TOKENIZER CHECK FAILED"), last
+    assert "only 0 of 4 items (0%) are token-exact" in last
+    assert Suite.load(out).manifest["tokenizer_check"]["passed"] is False
+
+
+def test_no_tokenizer_check_in_the_library(qwen_data: Path, deepseek_dir: Path) -> None:
+    # Every row outside the vocabulary: nothing to build, even without the check.
+    with pytest.raises(InputError, match="expected at least one valid row"):
+        build_suite(
+            qwen_data,
+            tokenizer=deepseek_dir,
+            per_source=4,
+            recover_turns=False,
+            on_error="skip",
+            check_tokenizer=False,
+        )
+
+
+def test_matching_tokenizer_records_a_passed_verdict(
+    qwen_data: Path, deepseek_data: Path, qwen_dir: Path, deepseek_dir: Path
+) -> None:
+    for data, tok in ((qwen_data, qwen_dir), (deepseek_data, deepseek_dir)):
+        suite = build_suite(data, tokenizer=tok, per_source=4, recover_turns=False)
+        check = suite.manifest["tokenizer_check"]
+        assert check["passed"] is True and check["enforced"] is True and check["mismatch"] is None
+        assert {c: v["passed"] for c, v in check["checks"].items()} == {
+            "vocabulary": True,
+            "template_markers": True,
+            "round_trip": True,
+        }
+        info = inspect_corpus(data, tokenizer=tok)
+        assert info.tokenizer is not None
+        assert check["checks"] == info.tokenizer.to_dict()["checks"]
+        assert suite.report is not None and not suite.report.summary.startswith("TOKENIZER")
+
+
+# --------------------------------------------------------------------------------------------
+# skip means skip: one out-of-vocabulary row in 35
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["qwen3", "deepseek-v3"])
+def test_one_out_of_vocabulary_row_in_35_is_skipped(
+    which: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    name = "qwen" if which == "qwen3" else "deepseek"
+    tok = request.getfixturevalue(f"{name}_tokenizer")
+    tok_dir = request.getfixturevalue(f"{name}_dir")
+    rows = chat_rows(tok, "chat", 35)
+    bad = rows[20]
+    bad["input_ids"] = [*bad["input_ids"][:-1], len(tok) + 7]  # one id past the vocabulary
+    write_shard(tmp_path / "data" / SHARD, rows)
+    data = tmp_path / "data"
+    # strict: stops at that row
+    with pytest.raises(DataError) as ei:
+        build_suite(data, tokenizer=tok_dir, per_source=5, recover_turns=False)
+    assert (ei.value.line, ei.value.reason) == (21, "id_out_of_vocab")
+    # skip: the 34 others are kept, the check passes on them
+    suite = build_suite(data, tokenizer=tok_dir, per_source=5, recover_turns=False, on_error="skip")
+    m = suite.manifest
+    assert m["counts"]["rows"] == 34
+    assert m["counts"]["skipped"] == {"id_out_of_vocab": 1}
+    assert m["counts"]["first_skipped"] == {"id_out_of_vocab": f"{SHARD}:21"}
+    vocab = m["tokenizer_check"]["checks"]["vocabulary"]
+    assert vocab["passed"] is True and vocab["failed"] == 1 and vocab["checked"] == 35
+    assert m["tokenizer_check"]["passed"] is True
+    # the CLI: exit 2 with shard:line by default, 34 rows with --on-error skip
+    out = tmp_path / "out"
+    code, err = _export(data, tok_dir, out, "--no-turns", capsys=capsys)
+    assert code == 2 and not out.exists()
+    assert err.startswith(f"error: {SHARD}:21: expected token ids below {len(tok)}"), err
+    code, err = _export(data, tok_dir, out, "--no-turns", "--on-error", "skip", capsys=capsys)
+    assert code == 0, err
+    assert orjson.loads((out / "manifest.json").read_bytes())["counts"]["rows"] == 34
+    assert "skipped rows: id_out_of_vocab=1" in err
+    # inspect agrees: a bad row, not a wrong tokenizer
+    info = inspect_corpus(data, tokenizer=tok_dir)
+    assert info.mismatch is None and info.rows == 34
+    assert info.anomalies["id_out_of_vocab"].first == f"{SHARD}:21"
