@@ -207,14 +207,17 @@ def test_deepseek_data_with_qwen_tokenizer_fails(deepseek_corpus: Path, qwen_dir
 def test_qwen_data_with_deepseek_tokenizer_fails(qwen_corpus: Path, deepseek_dir: Path) -> None:
     info = inspect_corpus(qwen_corpus, tokenizer=deepseek_dir)
     assert info.tokenizer is not None
-    vocab = {c.name: c for c in info.tokenizer.checks}["vocabulary"]
-    assert vocab.passed is False and vocab.failed == 28
-    assert vocab.by_source == {"chat": 20, "code": 8}
+    checks = {c.name: c for c in info.tokenizer.checks}
+    vocab = checks["vocabulary"]
+    assert vocab.passed is False and vocab.failed == 28 and vocab.checked == 28
+    assert vocab.first == "A1_chat/tokenized_data.jsonl:1"
     assert info.mismatch is not None
     assert "vocabulary check failed" in info.mismatch
     assert f"vocabulary size {info.tokenizer.vocab_size}" in info.mismatch
-    # the rows stay in the figures: the check flags them, it does not drop them
-    assert info.rows == 28 and info.sources["chat"].flags["id_out_of_vocab"] == 20
+    # out-of-vocabulary rows are bad rows: counted and left out of the figures, as export does
+    assert info.rows == 0 and info.skipped_rows == 28
+    assert info.anomalies["id_out_of_vocab"].skipped
+    assert checks["template_markers"].passed is None and checks["round_trip"].passed is None
 
 
 def test_a_few_bad_rows_do_not_fail_the_check(

@@ -4,6 +4,8 @@ Every case is checked where it matters: the library raises a :class:`DistpromptE
 ``shard:line`` (or counts the row when skipping), and the CLI prints one ``error:`` line and exits
 2 without leaving an output folder behind. Rows are synthetic (ids below 1000, valid for every
 real tokenizer) and the CLI runs with ``--no-turns`` so each case costs well under a second.
+Synthetic rows carry no chat-template markers, so exports here run with ``--no-tokenizer-check``
+(the checks themselves are tested on real tokenizers in ``test_checks.py``).
 """
 
 from __future__ import annotations
@@ -222,6 +224,7 @@ def export(
                 "3",
                 "--no-turns",
                 "--no-progress",
+                "--no-tokenizer-check",
                 *args,
             ]
         )
@@ -332,18 +335,21 @@ def test_truncated_last_line(tmp_path: Path, export: Callable[..., Run]) -> None
     assert run.manifest["counts"]["skipped"] == {"invalid_json": 1}
 
 
-def test_out_of_vocabulary_data_is_refused_even_when_skipping(
-    tmp_path: Path, export: Callable[..., Run]
-) -> None:
-    # Most rows beyond the vocabulary: the data is another tokenizer's, never a few bad rows.
+def test_out_of_vocabulary_rows_are_bad_rows(tmp_path: Path, export: Callable[..., Run]) -> None:
+    # Ids beyond the vocabulary make a row bad like any other: strict stops at the first,
+    # skip keeps the others (whether the tokenizer is wrong is the tokenizer checks' call).
     data = tmp_path / "data"
     data.mkdir()
     rows = [make_row(i) for i in range(20)]
     for r in rows[2:]:
         r["input_ids"][0] = 200_000
     (data / "s.jsonl").write_bytes(lines_of(rows))
-    for args in ((), ("--on-error", "skip")):
-        assert_one_error(export(data, *args), "s.jsonl:3", "another tokenizer", "--tokenizer")
+    assert_one_error(export(data), "s.jsonl:3", "token ids below", "--on-error skip")
+    run = export(data, "--on-error", "skip")
+    assert run.code == 0, run.err
+    assert run.manifest["counts"]["rows"] == 2
+    assert run.manifest["counts"]["skipped"] == {"id_out_of_vocab": 18}
+    assert run.manifest["tokenizer_check"]["checks"]["vocabulary"]["passed"] is True
 
 
 # --------------------------------------------------------------------------------------------
@@ -852,7 +858,7 @@ def test_out_not_writable(
     monkeypatch.setattr(tempfile, "mkdtemp", deny)
     run = export(corpus)
     assert run.code == 2
-    assert run.err.strip() == (
+    assert run.err.strip().splitlines()[-1] == (
         f"error: {tmp_path}: expected a writable folder, found Permission denied; choose another "
         "--out or fix its permissions"
     )
@@ -939,7 +945,9 @@ def test_interrupted_save_leaves_nothing(
     from distprompt import build_suite
     from distprompt import export as export_mod
 
-    suite = build_suite(corpus, tokenizer=qwen_dir, per_source=3, recover_turns=False)
+    suite = build_suite(
+        corpus, tokenizer=qwen_dir, per_source=3, recover_turns=False, check_tokenizer=False
+    )
     out = tmp_path / "out"
     suite.save(out)
     before = sorted(p.name for p in out.iterdir())
@@ -1039,7 +1047,15 @@ def test_internal_error_is_one_line_unless_verbose(
         raise RuntimeError("boom")
 
     monkeypatch.setattr(distprompt.pipeline, "build_suite", boom)
-    argv = ["export", str(corpus), "--tokenizer", str(qwen_dir), "--out", str(tmp_path / "o")]
+    argv = [
+        "export",
+        str(corpus),
+        "--tokenizer",
+        str(qwen_dir),
+        "--out",
+        str(tmp_path / "o"),
+        "--no-tokenizer-check",
+    ]
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert err.strip().splitlines() == [
@@ -1053,7 +1069,15 @@ def test_internal_error_is_one_line_unless_verbose(
 def test_verbose_shows_the_traceback_of_bad_input(
     tmp_path: Path, bad_corpus: Path, qwen_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["export", str(bad_corpus), "--tokenizer", str(qwen_dir), "--out", str(tmp_path / "o")]
+    argv = [
+        "export",
+        str(bad_corpus),
+        "--tokenizer",
+        str(qwen_dir),
+        "--out",
+        str(tmp_path / "o"),
+        "--no-tokenizer-check",
+    ]
     assert main(argv) == 2
     assert "Traceback" not in capsys.readouterr().err
     assert main(["-v", *argv]) == 2
@@ -1092,7 +1116,7 @@ def test_subprocess_bad_row_exit_code(tmp_path: Path, bad_corpus: Path, qwen_dir
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-m", "distprompt", "export", str(bad_corpus), "--tokenizer",
-         str(qwen_dir), "--out", str(out), "--no-turns"],
+         str(qwen_dir), "--out", str(out), "--no-turns", "--no-tokenizer-check"],
         capture_output=True, text=True, env=_env(), timeout=300,
     )  # fmt: skip
     assert proc.returncode == 2
@@ -1173,7 +1197,8 @@ def test_interrupt_while_reading(
     out = tmp_path / "out"
     proc = subprocess.Popen(
         [sys.executable, "-m", "distprompt", "export", str(big_corpus), "--tokenizer",
-         str(qwen_dir), "--out", str(out), "--no-turns", "--workers", workers],
+         str(qwen_dir), "--out", str(out), "--no-turns", "--workers", workers,
+         "--no-tokenizer-check"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
         start_new_session=True,
     )  # fmt: skip
@@ -1214,6 +1239,7 @@ def test_interrupt_while_saving(
 ) -> None:
     out = tmp_path / "out"
     argv = ["export", str(corpus), "--tokenizer", str(qwen_dir), "--out", str(out), "--no-turns"]
+    argv.append("--no-tokenizer-check")
     before: dict[str, bytes] = {}
     if overwrite:
         assert main(argv) == 0
