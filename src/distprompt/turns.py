@@ -209,10 +209,9 @@ def _parse(
     hold a string of ``forbid``.
     """
     own = transitions is not None
-    table = _table(
-        transitions if own else profile.transitions, () if own else profile.generation_variants
-    )
-    known = frozenset(transitions if own else profile.transitions)
+    trans = profile.transitions if transitions is None else transitions
+    table = _table(trans, () if own else profile.generation_variants)
+    known = frozenset(trans)
     # frame: [kind, slot start, literal start, new, candidates, next candidate index]
     frames: list[list[Any]] = [[START, 0, 0, True, None, 0]]
     # What follows a slot does not depend on how it was reached: a (kind, start) that failed
