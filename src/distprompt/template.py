@@ -358,6 +358,9 @@ def learn_template(tokenizer: Any) -> TemplateProfile:
         base = lr.learn("base_sys", [sys0, u(1), a(2), u(3)], **kw) is not None
         nosys = lr.learn("base_nosys", [u(0), a(1), u(2)], **kw) is not None
         if base:
+            # A lone system + user turn: templates that merge the two show their separator here.
+            lr.learn("base_sys_single", [sys0, u(1)], **kw)
+        if base:
             lr.learn("tools_sys", [sys0, u(1)], defs, **kw)
             # Templates that put tools (and the system prompt) into the last user turn.
             lr.learn("tools_sys_multi", [sys0, u(1), a(2), u(3)], defs, **kw)
