@@ -17,7 +17,6 @@ import pytest
 from distprompt import build_suite
 from distprompt.pipeline import _template_summary
 from distprompt.turns import RecoveredTurns, TemplateProfile, learn_template, recover_turns
-
 from styles import STYLES, prompt_cuts, sample_conversations, shape, style_tokenizer
 
 MIN_SHARE = 0.98
@@ -107,14 +106,15 @@ def test_argument_values_come_back_typed(style: tuple[str, Any, TemplateProfile]
     for msgs, tools in _tool_call_prompts(12, seed=3):
         rec = recover_turns(_ids(tok, msgs, tools), tokenizer=tok, profile=p)
         for got, want in zip(rec.messages, msgs, strict=True):
-            for c_got, c_want in zip(got.get("tool_calls") or (), want.get("tool_calls") or ()):
+            calls = zip(got.get("tool_calls") or (), want.get("tool_calls") or (), strict=True)
+            for c_got, c_want in calls:
                 assert c_got["function"] == c_want["function"], name
                 checked += 1
     assert checked >= 20
 
 
 def test_last_turn_reasoning_is_recovered(style: tuple[str, Any, TemplateProfile]) -> None:
-    name, tok, p = style
+    _name, tok, p = style
     if "reasoning_content" not in tok.chat_template:
         pytest.skip("this template never renders reasoning")
     msgs = [
