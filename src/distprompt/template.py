@@ -2,8 +2,9 @@
 
 Nothing here knows a model family. :func:`learn_template` renders a few probe conversations whose
 contents are unique sentinel strings through the tokenizer's own chat template and records, for
-every pair of consecutive *slots* (a message's content, its reasoning, a tool call's name or
-arguments, a tool definition), the literal text the template writes between them. The resulting
+every pair of consecutive *slots* (a message's content, its reasoning, a tool call's name, its
+arguments as one JSON object or each argument's key and value, a tool definition), the literal
+text the template writes between them, also under each template switch. The resulting
 :class:`TemplateProfile` is the automaton :mod:`distprompt.turns` walks to recover messages.
 """
 
@@ -313,10 +314,11 @@ def _common_prefix_len(a: str, b: str) -> int:
 def learn_template(tokenizer: Any) -> TemplateProfile:
     """Learn how a tokenizer's chat template lays out turns, from probe renders alone.
 
-    About a dozen conversations with sentinel contents are rendered: with and without a system
-    message, with tool definitions, tool calls (one and several, with and without content) and
-    tool results, and with reasoning in the last and in an earlier assistant turn. Probes the
-    template refuses are skipped; what they would have taught is then simply not recognised.
+    About twenty conversations with sentinel contents are rendered: with and without a system
+    message, with tool definitions (also in multi-turn conversations), tool calls (one and
+    several, with and without content) and tool results in a row, and with reasoning in the last
+    and in an earlier assistant turn; then again under each template switch. Probes the template
+    refuses are skipped; what they would have taught is then simply not recognised.
 
     Args:
         tokenizer: A ``transformers`` tokenizer with a chat template.
