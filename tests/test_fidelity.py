@@ -87,6 +87,9 @@ def test_tokens_share_per_tokenizer(case: Case) -> None:
     assert len(case.items) > 1000  # every unique prompt of the ten sources
     share = counts["tokens"] / len(case.items)
     assert share >= MIN_TOKENS_SHARE, (case.name, dict(counts))
+    # Every turn recognised (issue 11): no template marker inside any message.
+    structure = Counter(it.structure for it in case.items)
+    assert structure["turns"] >= MIN_TOKENS_SHARE * len(case.items), (case.name, dict(structure))
 
 
 def test_every_source_mostly_tokens(case: Case) -> None:
@@ -102,6 +105,8 @@ def test_manifest_fidelity_counts_add_up(case: Case) -> None:
     for source, entry in case.manifest["sources"].items():
         assert sum(entry["fidelity"].values()) == entry["selected"], source
         assert entry["fidelity"] == dict(by_source.get(source, {})), source
+        structure = Counter(it.structure for it in case.items if it.source == source)
+        assert entry["structure"] == dict(structure), source
     assert sum(e["selected"] for e in case.manifest["sources"].values()) == len(case.items)
 
 

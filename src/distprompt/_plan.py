@@ -100,6 +100,11 @@ def has_messages(item: SuiteItem) -> bool:
     return bool(item.messages)
 
 
+def exact_chat(item: SuiteItem) -> bool:
+    """Messages that re-render to the prompt ids: the only items a chat endpoint is sent."""
+    return has_messages(item) and item.fidelity == "tokens"
+
+
 def out_len(item: SuiteItem) -> int:
     """Output length to ask for: at least 1 (AIPerf aborts the load on 0, others misbehave)."""
     return max(1, int(item.max_tokens))
@@ -172,7 +177,7 @@ class Plan:
     """Which items each layout holds; shared by the writers and RUN.md so counts agree."""
 
     items: tuple[SuiteItem, ...]
-    chat: tuple[SuiteItem, ...]  # items with recovered messages (openai)
+    chat: tuple[SuiteItem, ...]  # items with token-exact recovered messages (openai)
     single: tuple[SuiteItem, ...]  # + a non-empty last user turn (sharegpt, aiperf)
     first: tuple[SuiteItem, ...]  # + a non-empty first user turn (by_source)
     by_source: dict[str, tuple[SuiteItem, ...]]
@@ -181,7 +186,7 @@ class Plan:
     @classmethod
     def of(cls, items: Sequence[SuiteItem]) -> Plan:
         all_items = tuple(items)
-        chat = tuple(it for it in all_items if has_messages(it))
+        chat = tuple(it for it in all_items if exact_chat(it))
         single = tuple(it for it in chat if last_user_text(it))
         first = tuple(it for it in chat if first_user_text(it))
         groups: dict[str, list[SuiteItem]] = {}

@@ -279,6 +279,7 @@ def markdown(report: Report) -> str:
     lines = ["# Representativeness report", "", report.summary, ""]
     lines += ["| " + " | ".join(_HEAD) + " |", "|" + "---|" * len(_HEAD)]
     lines += ["| " + " | ".join(r) + " |" for r in _rows(report)]
+    lines += _recovery_lines(report)
     lines += ["", "## Definitions", ""]
     for k, v in report.meta.get("definitions", {}).items():
         lines.append(f"- **{k}**: {v}")
@@ -291,6 +292,32 @@ def markdown(report: Report) -> str:
             lines.append(f"![{name[len('report_') : -4].replace('_', ' ')}]({name})")
     lines += ["", "Example prompts per source and cluster: see `report.html`.", ""]
     return "\n".join(lines)
+
+
+def _recovery_lines(report: Report) -> list[str]:
+    """Turn recovery per source: token-exact items and items whose every turn was recognised."""
+    rec = report.overall.get("recovery") or {}
+    if not rec.get("items"):
+        return []
+    lines = [
+        "",
+        "## Turn recovery",
+        "",
+        "Token-exact: the messages re-render to the prompt ids. Structured: every turn was "
+        "recognised (`structure: turns`); the rest are flat fallbacks (prompt text, template "
+        "markers included, in fewer messages).",
+        "",
+        "| source | items | token-exact | structured |",
+        "|---|---|---|---|",
+    ]
+    rows = [("**overall**", rec)]
+    rows += [(s, v.get("recovery") or {}) for s, v in report.sources.items()]
+    for name, r in rows:
+        lines.append(
+            f"| {name} | {r.get('items', 0)} | {_f(r.get('tokens'), True)} | "
+            f"{_f(r.get('turns'), True)} |"
+        )
+    return lines
 
 
 _CSS = """
@@ -328,6 +355,15 @@ def html_page(report: Report, pngs: Mapping[str, bytes]) -> str:
         cells = [c.replace("**", "") for c in r]
         parts.append("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>")
     parts.append("</table>")
+    rec = _recovery_lines(report)
+    if rec:
+        parts.append(f"<h2>Turn recovery</h2><p>{_esc(rec[3])}</p><table>")
+        for line in rec[5:]:
+            if line.startswith("|---"):
+                continue
+            cells = [c.strip().replace("**", "") for c in line.strip("|").split("|")]
+            parts.append("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>")
+        parts.append("</table>")
     parts.append("<h2>Definitions</h2><ul>")
     for k, v in report.meta.get("definitions", {}).items():
         parts.append(f"<li><b>{_esc(k)}</b>: {_esc(v)}</li>")

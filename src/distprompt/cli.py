@@ -210,12 +210,16 @@ def _caveats(manifest: dict[str, Any]) -> str:
 def _summary(manifest: dict[str, Any]) -> str:
     from distprompt.corpus import format_table
 
-    head = ("source", "rows", "unique", "cands", "target", "selected", "tokens%")
+    head = ("source", "rows", "unique", "cands", "target", "selected", "tokens%", "turns%")
     lines = [head]
     for src, s in manifest.get("sources", {}).items():
         fid = s.get("fidelity") or {}
         n = sum(fid.values())
         pct = f"{100.0 * fid.get('tokens', 0) / n:.0f}" if n else "-"
+        # Share of items whose every turn was recognised (the rest are `flat` fallbacks).
+        structure = s.get("structure") or {}
+        n_st = sum(structure.values())
+        turns = f"{100.0 * structure.get('turns', 0) / n_st:.0f}" if n_st else "-"
         uniq = f"{s['unique_prompts']}" + ("" if s.get("unique_exact", True) else "~")
         lines.append(
             (
@@ -226,6 +230,7 @@ def _summary(manifest: dict[str, Any]) -> str:
                 str(s["target"]),
                 str(s["selected"]),
                 pct,
+                turns,
             )
         )
     out = format_table(lines)

@@ -17,9 +17,11 @@ file                      client
 ``by_source/<s>.jsonl``   vLLM ``spec_bench`` / SGLang ``speed-bench``: first user turn only
 ========================  ====================================================================
 
-Items whose chat turns were not recovered (``messages`` is None or empty) are left out of every
-file that needs raw chat text (``openai``, ``sharegpt``, ``aiperf``, ``by_source``): putting the
-rendered prompt there instead would have it templated a second time. ``RUN.md``
+Items whose chat turns were not recovered (``messages`` is None or empty), or whose messages do
+not re-render to the prompt ids (``fidelity`` other than ``tokens``), are left out of every file
+that needs raw chat text (``openai``, ``sharegpt``, ``aiperf``, ``by_source``; ``messages`` is
+null in ``guidellm``): putting the rendered prompt there instead would have it templated a
+second time, and inexact messages would send another prompt. ``RUN.md``
 (:mod:`distprompt.runmd`) names them.
 
 Example:
@@ -49,8 +51,8 @@ from distprompt._plan import (
     Plan,
     check_formats,
     checked_formats,
+    exact_chat,
     first_user_text,
-    has_messages,
     last_user_text,
     out_len,
     safe_names,
@@ -191,7 +193,7 @@ def _guidellm_row(item: SuiteItem) -> dict[str, Any]:
     # ``messages`` already carries it. No ``tools`` column either (GuideLLM would pick it up and
     # steer tool_choice); RUN.md counts the items that lose their tool definitions here.
     return {
-        "messages": _wire_messages(item) if has_messages(item) else None,
+        "messages": _wire_messages(item) if exact_chat(item) else None,
         "prompt": item.prompt,
         "output_tokens_count": out_len(item),
         "dp_id": item.id,
@@ -335,7 +337,7 @@ def write_exports(
     skipped = len(plan.items) - len(plan.chat)
     if skipped and any(f in fmts for f in ("openai", "sharegpt", "aiperf", "by_source")):
         logger.warning(
-            "%d of %d items have no recovered chat turns and are left out of the chat-text "
+            "%d of %d items have no token-exact chat turns and are left out of the chat-text "
             "formats; RUN.md lists them",
             skipped,
             len(plan.items),

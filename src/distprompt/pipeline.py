@@ -276,8 +276,16 @@ def _template_summary(profile: Any) -> dict[str, Any] | None:
         "supports_system": profile.supports_system,
         "supports_tools": profile.supports_tools,
         "supports_tool_calls": profile.supports_tool_calls,
+        "arguments_style": profile.arguments_style,
         # A template that drops earlier reasoning cannot round-trip such prompts by design.
         "drops_earlier_reasoning": profile.drops_earlier_reasoning,
+        "switches": sorted(
+            {k for _, _, kw in profile.generation_variants for k, _ in kw}
+            | {k for kw, _ in profile.switch_tables for k, _ in kw}
+        ),
+        # Each probe once, with its final outcome (a probe retried with string arguments that
+        # then rendered is `ok`); failed_probes are the ones refused in every form.
+        "probes": dict(profile.probes),
         "failed_probes": sorted(profile.failed_probes),
     }
 
@@ -348,7 +356,7 @@ def _make_item(
     if config.max_output_tokens is not None:
         max_tokens = min(max_tokens, config.max_output_tokens)
     messages = tools = None
-    fidelity = reason = None
+    fidelity = reason = structure = None
     template_kwargs = None
     if profile is not None:
         from distprompt.turns import recover_turns
@@ -361,6 +369,7 @@ def _make_item(
         )
         messages, tools, fidelity, reason = rec.messages, rec.tools, rec.fidelity, rec.reason
         template_kwargs = rec.chat_template_kwargs
+        structure = rec.structure
     return SuiteItem(
         id=item_id(cand.source, cand.prompt_ids),
         source=cand.source,
@@ -380,6 +389,7 @@ def _make_item(
         fidelity=fidelity,
         fidelity_reason=reason,
         chat_template_kwargs=template_kwargs,
+        structure=structure,
     )
 
 
@@ -414,9 +424,12 @@ def _manifest(
         st = part.stats[src]
         unique, exact = part.pools[src].distinct()
         fid: dict[str, int] = {}
+        structure: dict[str, int] = {}
         for it in items:
             if it.source == src and it.fidelity is not None:
                 fid[it.fidelity] = fid.get(it.fidelity, 0) + 1
+            if it.source == src and it.structure is not None:
+                structure[it.structure] = structure.get(it.structure, 0) + 1
         sources[src] = {
             "rows": st.rows,
             "unique_prompts": unique,
@@ -428,6 +441,8 @@ def _manifest(
             "prompt_tokens": _quantiles(st.prompt_lengths),
             "response_tokens": _quantiles(st.response_lengths),
             "fidelity": dict(sorted(fid.items())),
+            # How the turns were recovered: `turns` (every turn recognised) or `flat` (fallback).
+            "structure": dict(sorted(structure.items())),
         }
     data_spec = sorted(str(d) for d in data) if isinstance(data, (list, tuple)) else str(data)
     cfg = config.to_dict()

@@ -94,6 +94,9 @@ class SuiteItem:
         tools: Tool definitions the prompt carries, if any.
         fidelity: ``tokens`` | ``text`` | ``lossy`` (see :mod:`distprompt.turns`).
         fidelity_reason: Why fidelity is not ``tokens``.
+        structure: ``turns`` (every turn recognised: no template marker inside a message) or
+            ``flat`` (the declared fallback: the prompt text in fewer messages, markers
+            included); None when turn recovery did not run.
         chat_template_kwargs: Template switches the prompt was rendered with (e.g.
             ``{"enable_thinking": false}``), for clients that pass them to the server.
     """
@@ -116,6 +119,7 @@ class SuiteItem:
     fidelity: str | None = None
     fidelity_reason: str | None = None
     chat_template_kwargs: dict[str, Any] | None = field(default=None, repr=False)
+    structure: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The ``suite.jsonl`` object (key order fixed, so output is byte-stable)."""
@@ -133,6 +137,7 @@ class SuiteItem:
             "provenance": self.provenance.to_dict(),
             "fidelity": self.fidelity,
             "fidelity_reason": self.fidelity_reason,
+            "structure": self.structure,
             "messages": list(self.messages) if self.messages is not None else None,
             "tools": list(self.tools) if self.tools is not None else None,
             "chat_template_kwargs": self.chat_template_kwargs,
@@ -164,4 +169,5 @@ class SuiteItem:
             fidelity=d.get("fidelity"),
             fidelity_reason=d.get("fidelity_reason"),
             chat_template_kwargs=d.get("chat_template_kwargs"),
+            structure=d.get("structure"),
         )

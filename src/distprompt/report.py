@@ -348,6 +348,7 @@ def build_report(
             "random": rnd_m.to_dict(),
             "coverage": _coverage_verdict(suite_m, rnd_m),
             "length": _length_verdict(suite_m, rnd_m),
+            "recovery": _recovery(by_source.get(s, [])),
         }
         curves[s] = _curves(stats[s].prompt_lengths, stats[s].response_lengths, ev)
 
@@ -391,6 +392,7 @@ def build_report(
         "random": pooled_random.to_dict(),
         "coverage": _coverage_verdict(pooled_suite, pooled_random),
         "length": _length_verdict(pooled_suite, pooled_random),
+        "recovery": _recovery(items),
     }
     curves["overall"] = _curves(
         corpus_prompt,
@@ -446,6 +448,18 @@ def build_report(
         projection={s: ev.projection for s, ev in evidence.items() if ev and ev.projection},
         meta=m,
     )
+
+
+def _recovery(items: Sequence[SuiteItem]) -> dict[str, Any]:
+    """Turn-recovery rates: share of items token-exact and share whose every turn was recognised
+    (``structure: turns``; the rest are flat fallbacks). None where turn recovery did not run."""
+    checked = [it for it in items if it.fidelity is not None]
+    n = len(checked)
+    return {
+        "items": n,
+        "tokens": rounded(sum(it.fidelity == "tokens" for it in checked) / n) if n else None,
+        "turns": rounded(sum(it.structure == "turns" for it in checked) / n) if n else None,
+    }
 
 
 def _curves(

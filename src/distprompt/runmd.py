@@ -326,21 +326,60 @@ def _warnings(plan: Plan, *, formats: Sequence[str], ignore_eos: bool) -> list[s
             "token: "
             f"{_ids(clamped)}."
         )
-    inexact = [it for it in items if it.fidelity != "tokens"]
-    if inexact:
-        kinds = Counter(it.fidelity or "not checked" for it in inexact)
-        out.append(
-            f"**{len(inexact)} of {n} items are not token-exact** "
-            f"({', '.join(f'{k}: {v}' for k, v in sorted(kinds.items()))}): their `messages` are "
-            "missing or do not re-render to the recorded prompt ids, so chat files send a "
-            f"different prompt: {_ids(inexact)}. `token_ids.jsonl` is exact for every item."
-        )
+    out += _recovery_warnings(plan, formats=formats)
     dup = sorted(k for k, v in Counter(it.id for it in items).items() if v > 1)
     if dup:
         out.append(
             f"**Duplicate ids** ({len(dup)}): {', '.join(f'`{d}`' for d in dup[:_MAX_IDS_SHOWN])}. "
             "Results cannot be joined back unambiguously, and AIPerf merges sessions that share "
             "an id."
+        )
+    return out
+
+
+_CHAT_FILES = {
+    "openai": "`openai.jsonl`",
+    "guidellm": "`guidellm.jsonl` (`messages` null)",
+    "aiperf": "`aiperf.jsonl`, `aiperf_multi_turn.jsonl`",
+    "sharegpt": "`sharegpt.json`",
+    "by_source": "`by_source/`",
+}
+
+
+def _recovery_warnings(plan: Plan, *, formats: Sequence[str]) -> list[str]:
+    """Items not token-exact (left out of the chat files) or flat (kept, with fewer turns)."""
+    items, n = plan.items, len(plan.items)
+    out: list[str] = []
+    inexact = [it for it in items if it.fidelity != "tokens"]
+    if inexact:
+        kinds = Counter(it.fidelity or "not checked" for it in inexact)
+        text = (
+            f"**{len(inexact)} of {n} items are not token-exact** "
+            f"({', '.join(f'{k}: {v}' for k, v in sorted(kinds.items()))}): their `messages` are "
+            f"missing or do not re-render to the recorded prompt ids: {_ids(inexact)}."
+        )
+        with_msgs = [it for it in inexact if has_messages(it)]
+        files = [_CHAT_FILES[f] for f in formats if f in _CHAT_FILES]
+        if with_msgs and files:
+            text += (
+                f" {_count(len(with_msgs), 'item')} with messages left out of the chat-based "
+                f"files ({'; '.join(files)}), so no chat endpoint is sent another prompt."
+            )
+        text += (
+            " `token_ids.jsonl` (native endpoints) and `vllm_custom.jsonl` with "
+            "`--skip-chat-template` replay every item exactly."
+        )
+        out.append(text)
+    flat = [it for it in plan.chat if it.structure == "flat"]
+    files = [_CHAT_FILES[f] for f in formats if f in _CHAT_FILES]
+    if flat and files:
+        out.append(
+            f"**{len(flat)} of {len(plan.chat)} chat items are flat** (`structure: flat`): not "
+            "every turn was recognised, so the prompt text, template markers included, sits in "
+            "fewer messages. They re-render to the exact prompt ids, but multi-turn files "
+            "(`openai.jsonl`, `guidellm.jsonl`, `aiperf_multi_turn.jsonl`) see fewer turns than "
+            "the training conversation, and single-turn files (`sharegpt.json`, `aiperf.jsonl`, "
+            f"`by_source/`) carry template text as the user turn: {_ids(flat)}."
         )
     return out
 

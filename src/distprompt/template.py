@@ -2,8 +2,9 @@
 
 Nothing here knows a model family. :func:`learn_template` renders a few probe conversations whose
 contents are unique sentinel strings through the tokenizer's own chat template and records, for
-every pair of consecutive *slots* (a message's content, its reasoning, a tool call's name or
-arguments, a tool definition), the literal text the template writes between them. The resulting
+every pair of consecutive *slots* (a message's content, its reasoning, a tool call's name, its
+arguments as one JSON object or each argument's key and value, a tool definition), the literal
+text the template writes between them, also under each template switch. The resulting
 :class:`TemplateProfile` is the automaton :mod:`distprompt.turns` walks to recover messages.
 """
 
@@ -27,6 +28,9 @@ logger = logging.getLogger("distprompt.template")
 START, END = "^", "$"
 SYSTEM, USER, ASSISTANT, TOOL = "system", "user", "assistant", "tool"
 REASONING, CALL_NAME, CALL_ARGS, TOOL_DEF = "reasoning", "call_name", "call_args", "tool_def"
+# Arguments a template writes key by key (XML parameters, key/value tags) instead of as one JSON
+# object: one slot per key and one per value.
+ARG_KEY, ARG_VALUE = "arg_key", "arg_value"
 _LETTER_KIND = {
     "s": SYSTEM,
     "u": USER,
@@ -36,8 +40,11 @@ _LETTER_KIND = {
     "n": CALL_NAME,
     "g": CALL_ARGS,
     "d": TOOL_DEF,
+    "k": ARG_KEY,
+    "v": ARG_VALUE,
 }
-_SENTINEL_RE = re.compile(r"(?:QZX|qzx)([a-z])(\d{2})(\d)(?:ZQX|zqx)")
+# letter, message index, item index (tool call or definition), argument index (keys and values)
+_SENTINEL_RE = re.compile(r"(?:QZX|qzx)([a-z])(\d{2})(\d)(\d?)(?:ZQX|zqx)")
 _SENTINEL_STEMS = ("QZX", "qzx", "ZQX", "zqx")
 # Only consulted when the template never renders ``reasoning_content``, so its tags cannot be
 # read off a probe: the first pair whose closing tag the template source mentions is used.
@@ -64,7 +71,7 @@ class TemplateProfile:
         supports_system: A system message renders.
         supports_tools: Tool definitions passed as ``tools=`` appear in the prompt.
         supports_tool_calls: Assistant ``tool_calls`` render with a recognisable name and
-            JSON arguments.
+            arguments (one JSON object, or key by key).
         tool_def_form: ``tool`` when the template prints the whole OpenAI tool dict, ``function``
             when it prints only its ``function`` part.
         tool_arguments_as_string: Tool-call arguments must be passed as a JSON string.
@@ -73,9 +80,17 @@ class TemplateProfile:
         drops_earlier_reasoning: Reasoning of an assistant turn before the last user turn does not
             survive rendering, so such prompts cannot always round-trip.
         template_sha256: Hash of the template source (identity for caches and manifests).
-        failed_probes: Names of probe conversations the template refused (raised on).
+        failed_probes: Names of probe conversations the template refused (raised on) in every
+            form tried, each once.
         generation_variants: ``(previous_slot, literal, kwargs)``: prompt endings that only a
             template variable produces, e.g. Qwen3's ``enable_thinking=False`` empty think block.
+        arguments_style: How tool-call arguments are written: ``json`` (one JSON object),
+            ``keys`` (key by key: XML parameters, key/value tags) or None (no tool calls seen).
+        switch_tables: ``(kwargs, transitions)``: the whole automaton under a template switch
+            that changes more than the prompt ending (e.g. a ``/nothink`` suffix on user turns).
+        markers: Template markers (added tokens the template writes, BOS) that never belong in a
+            message's content; a message holding one is a flat reading.
+        probes: ``(probe name, "ok" | "refused")``, each probe once with its final outcome.
     """
 
     transitions: tuple[tuple[str, str, bool, str], ...]
@@ -93,6 +108,12 @@ class TemplateProfile:
     template_sha256: str
     failed_probes: tuple[str, ...]
     generation_variants: tuple[tuple[str, str, tuple[tuple[str, Any], ...]], ...] = ()
+    arguments_style: str | None = None
+    switch_tables: tuple[
+        tuple[tuple[tuple[str, Any], ...], tuple[tuple[str, str, bool, str], ...]], ...
+    ] = ()
+    markers: tuple[str, ...] = ()
+    probes: tuple[tuple[str, str], ...] = ()
 
     def role_markers(self) -> dict[str, str]:
         """Human-readable view: the literal that opens each slot kind after a user turn or start.
@@ -112,6 +133,15 @@ def _s(letter: str, msg: int, k: int = 0) -> str:
     return f"QZX{letter}{msg:02d}{k}ZQX"
 
 
+def _arg_key(msg: int, k: int, j: int) -> str:
+    # Lower case: templates and JSON keep keys as written, and keys are often identifiers.
+    return f"qzxk{msg:02d}{k}{j}zqx"
+
+
+def _arg_value(msg: int, k: int, j: int) -> str:
+    return f"QZXv{msg:02d}{k}{j}ZQX"
+
+
 def _tool_def(k: int) -> dict[str, Any]:
     return {
         "type": "function",
@@ -124,7 +154,10 @@ def _tool_def(k: int) -> dict[str, Any]:
 
 
 def _call(msg: int, k: int, *, as_string: bool) -> dict[str, Any]:
-    args = {"q": _s("g", msg, k), "k": 2}
+    # Two string arguments with sentinel keys and values: a template that writes the arguments as
+    # one JSON object shows that object (a CALL_ARGS slot); one that writes them key by key shows
+    # the literals around each key and value, and between two arguments.
+    args = {_arg_key(msg, k, j): _arg_value(msg, k, j) for j in range(2)}
     return {
         "type": "function",
         "function": {
@@ -170,8 +203,13 @@ def _probe_slots(text: str, calls: dict[str, Any], defs: list[dict[str, Any]]) -
         msg = int(m.group(2))
         if kind is None:
             continue
-        if kind == CALL_ARGS:
-            span = _enclosing_json(text, m.start(), [calls.get(m.group(0))])
+        if kind == ARG_KEY and m.group(0) in calls:
+            # The first key: inside a JSON object equal to the arguments, the object is the slot.
+            span = _enclosing_json(text, m.start(), [calls[m.group(0)]])
+            if span is not None:
+                kind = CALL_ARGS
+            else:
+                span = m.span()
         elif kind == TOOL_DEF:
             tool = defs[int(m.group(3))]
             # Prefer the whole tool dict: scanning outwards meets its inner function dict first.
@@ -198,17 +236,20 @@ class _Learner:
         self.tok = tokenizer
         self.transitions: set[tuple[str, str, bool, str]] = set()
         self.kinds_seen: set[str] = set()
-        self.failed: list[str] = []
+        self.outcomes: dict[str, bool] = {}  # probe name -> rendered in some form
         self.def_forms: set[str] = set()
         self.last: list[tuple[str, str, bool, str]] = []  # transitions of the latest probe
+        # While set, probes (rendered under a template switch) add their transitions here.
+        self.collect: set[tuple[str, str, bool, str]] | None = None
 
     def render(self, name: str, messages: list[dict[str, Any]], **kw: Any) -> str | None:
         try:
             out = self.tok.apply_chat_template(messages, tokenize=False, **kw)
         except Exception as exc:  # templates signal unsupported roles by raising anything
             logger.debug("probe %s refused by template: %s", name, exc)
-            self.failed.append(name)
+            self.outcomes.setdefault(name, False)
             return None
+        self.outcomes[name] = True
         return out if isinstance(out, str) else None
 
     def learn(
@@ -225,7 +266,7 @@ class _Learner:
         if text is None:
             return None
         calls = {
-            _s("g", i, k): _as_dict(c["function"]["arguments"])
+            _arg_key(i, k, 0): _as_dict(c["function"]["arguments"])
             for i, msg in enumerate(messages)
             for k, c in enumerate(msg.get("tool_calls") or [])
         }
@@ -249,7 +290,9 @@ class _Learner:
             if not lit and nxt.kind != END and prev.kind != START:
                 continue  # nothing to find the boundary by
             self.last.append((prev.kind, nxt.kind, prev.msg != nxt.msg, lit))
-        if not template_kwargs:
+        if self.collect is not None:
+            self.collect.update(self.last)
+        else:
             self.transitions.update(self.last)
             self.kinds_seen.update(nxt for _, nxt, _, _ in self.last)
         return text
@@ -271,10 +314,11 @@ def _common_prefix_len(a: str, b: str) -> int:
 def learn_template(tokenizer: Any) -> TemplateProfile:
     """Learn how a tokenizer's chat template lays out turns, from probe renders alone.
 
-    About a dozen conversations with sentinel contents are rendered: with and without a system
-    message, with tool definitions, tool calls (one and several, with and without content) and
-    tool results, and with reasoning in the last and in an earlier assistant turn. Probes the
-    template refuses are skipped; what they would have taught is then simply not recognised.
+    About twenty conversations with sentinel contents are rendered: with and without a system
+    message, with tool definitions (also in multi-turn conversations), tool calls (one and
+    several, with and without content) and tool results in a row, and with reasoning in the last
+    and in an earlier assistant turn; then again under each template switch. Probes the template
+    refuses are skipped; what they would have taught is then simply not recognised.
 
     Args:
         tokenizer: A ``transformers`` tokenizer with a chat template.
@@ -310,39 +354,55 @@ def learn_template(tokenizer: Any) -> TemplateProfile:
         return {"role": "tool", "content": _s("t", i)}
 
     sys0 = {"role": "system", "content": _s("s", 0)}
-    base = lr.learn("base_sys", [sys0, u(1), a(2), u(3)])
-    supports_system = base is not None
-    if lr.learn("base_nosys", [u(0), a(1), u(2)]) is None:
-        raise TemplateError(
-            "expected the chat template to render a plain user/assistant/user conversation, "
-            "but it raised; check that the tokenizer's chat_template is a chat template"
-        )
     defs = [_tool_def(0), _tool_def(1)]
-    if supports_system:
-        lr.learn("tools_sys", [sys0, u(1)], defs)
-    lr.learn("tools_nosys", [u(0)], defs)
-    supports_tools = TOOL_DEF in lr.kinds_seen
 
-    def tool_probes(as_string: bool) -> None:
+    def plain_probes(kw: dict[str, Any]) -> bool:
+        base = lr.learn("base_sys", [sys0, u(1), a(2), u(3)], **kw) is not None
+        nosys = lr.learn("base_nosys", [u(0), a(1), u(2)], **kw) is not None
+        if base:
+            # A lone system + user turn: templates that merge the two show their separator here.
+            lr.learn("base_sys_single", [sys0, u(1)], **kw)
+        if base:
+            lr.learn("tools_sys", [sys0, u(1)], defs, **kw)
+            # Templates that put tools (and the system prompt) into the last user turn.
+            lr.learn("tools_sys_multi", [sys0, u(1), a(2), u(3)], defs, **kw)
+        lr.learn("tools_nosys", [u(0)], defs, **kw)
+        lr.learn("tools_nosys_multi", [u(0), a(1), u(2)], defs, **kw)
+        return nosys and base
+
+    def tool_probes(as_string: bool, kw: dict[str, Any]) -> None:
         def calls(m: int, n: int) -> list[dict[str, Any]]:
             return [_call(m, k, as_string=as_string) for k in range(n)]
 
         one = defs[:1]
-        lr.learn("calls", [u(0), a(1, tool_calls=calls(1, 2)), t(2), t(3), a(4), u(5)], one)
-        steps = [u(0), a(1, "", tool_calls=calls(1, 1)), t(2), a(3, "", tool_calls=calls(3, 1))]
-        lr.learn("calls_multistep", [*steps, t(4)], one)
-        lr.learn("calls_then_user", [u(0), a(1, tool_calls=calls(1, 1)), t(2), u(3)], one)
+        lr.learn("calls", [u(0), a(1, tool_calls=calls(1, 2)), t(2), t(3), a(4), u(5)], one, **kw)
+        steps = [u(0), a(1, "", tool_calls=calls(1, 1)), t(2), a(3, "", tool_calls=calls(3, 2))]
+        lr.learn("calls_multistep", [*steps, t(4), t(5)], one, **kw)
+        lr.learn("calls_then_user", [u(0), a(1, tool_calls=calls(1, 1)), t(2), u(3)], one, **kw)
+        lr.learn("calls_sys", [sys0, u(1), a(2, "", tool_calls=calls(2, 1)), t(3)], one, **kw)
         for content in (None, ""):
             reasoned = a(1, content, reasoning_content=_s("r", 1), tool_calls=calls(1, 1))
             # A second reasoned call after a tool result: agent traces reason at every step.
             again = a(3, content, reasoning_content=_s("r", 3), tool_calls=calls(3, 1))
-            lr.learn("reasoning_last", [u(0), reasoned, t(2), again, t(4)], one)
+            lr.learn("reasoning_last", [u(0), reasoned, t(2), again, t(4)], one, **kw)
 
-    tool_probes(as_string=False)
-    as_string = CALL_ARGS not in lr.kinds_seen
+    plain_probes({})
+    supports_system = lr.outcomes.get("base_sys", False)
+    if not lr.outcomes.get("base_nosys"):
+        raise TemplateError(
+            "expected the chat template to render a plain user/assistant/user conversation, "
+            "but it raised; check that the tokenizer's chat_template is a chat template"
+        )
+    supports_tools = TOOL_DEF in lr.kinds_seen
+
+    def args_seen() -> bool:
+        return CALL_ARGS in lr.kinds_seen or ARG_KEY in lr.kinds_seen
+
+    tool_probes(as_string=False, kw={})
+    as_string = not args_seen()
     if as_string:
-        tool_probes(as_string=True)  # e.g. templates that concatenate arguments as a string
-    supports_calls = CALL_ARGS in lr.kinds_seen
+        tool_probes(as_string=True, kw={})  # e.g. templates that concatenate arguments as text
+    supports_calls = args_seen()
     reasoning_rendered = REASONING in lr.kinds_seen
 
     tags = _reasoning_tags(lr.transitions, template)
@@ -358,23 +418,34 @@ def learn_template(tokenizer: Any) -> TemplateProfile:
         kept_earlier = kept is not None and _s("r", 1) in kept
     drops = (reasoning_rendered or tags is not None) and not kept_earlier
 
+    # Template switches: every probe again under each value. A switch that only changes how the
+    # prompt ends is a generation variant of the default automaton; one that changes more (a
+    # suffix on user turns, another system block) gets an automaton of its own.
     variants: set[tuple[str, str, tuple[tuple[str, Any], ...]]] = set()
+    tables: dict[tuple[tuple[str, Any], ...], tuple[tuple[str, str, bool, str], ...]] = {}
     for var in _template_switches(template, tokenizer):
-        for value in (True, False):
-            for probe in (
-                [u(0), a(1), u(2)],
-                [u(0), a(1, "", tool_calls=[_call(1, 0, as_string=as_string)]), t(2)],
-            ):
-                if lr.learn(f"switch_{var}", probe, defs[:1], **{var: value}) is None:
-                    continue
-                for prev, nxt, _, lit in lr.last:
-                    if nxt == END and (prev, END, True, lit) not in lr.transitions:
-                        variants.add((prev, lit, ((var, value),)))
+        for value in _switch_values(template, var):
+            kw = {var: value}
+            lr.collect = set()
+            plain_probes(kw)
+            tool_probes(as_string, kw)
+            got, lr.collect = lr.collect, None
+            extra = got - lr.transitions
+            if not extra:
+                continue
+            key = ((var, value),)
+            if all(nxt == END for _, nxt, _, _ in extra):
+                variants.update((prev, lit, key) for prev, _, _, lit in extra)
+            else:
+                tables[key] = tuple(sorted(got))
 
     plain = lr.render("gen_off", [u(0)], add_generation_prompt=False) or ""
     with_gen = lr.render("gen_on", [u(0)], add_generation_prompt=True) or ""
     bos = getattr(tokenizer, "bos_token", None)
     bos = bos if isinstance(bos, str) and bos else None
+    style = None
+    if supports_calls:
+        style = "json" if CALL_ARGS in lr.kinds_seen else "keys"
     return TemplateProfile(
         transitions=tuple(sorted(lr.transitions)),
         generation_prompt=with_gen[_common_prefix_len(plain, with_gen) :],
@@ -389,9 +460,48 @@ def learn_template(tokenizer: Any) -> TemplateProfile:
         reasoning_tags=tags,
         drops_earlier_reasoning=drops,
         template_sha256=hashlib.sha256(template.encode("utf-8")).hexdigest(),
-        failed_probes=tuple(lr.failed),
+        failed_probes=tuple(sorted(n for n, ok in lr.outcomes.items() if not ok)),
         generation_variants=tuple(sorted(variants, key=repr)),
+        arguments_style=style,
+        switch_tables=tuple(sorted(tables.items(), key=repr)),
+        markers=_markers(tokenizer, lr.transitions, bos, tags),
+        probes=tuple(sorted((n, "ok" if ok else "refused") for n, ok in lr.outcomes.items())),
     )
+
+
+def _markers(
+    tokenizer: Any,
+    transitions: set[tuple[str, str, bool, str]],
+    bos: str | None,
+    tags: tuple[str, str] | None,
+) -> tuple[str, ...]:
+    """Strings the template writes around contents that no content of a clean reading holds."""
+    literals = [lit for _, _, _, lit in transitions]
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    added = {str(getattr(v, "content", v)) for v in decoder.values()}
+    found = {tok for tok in added if tok.strip() and any(tok in lit for lit in literals)}
+    if not found:
+        # Markers spelled as plain text: the literals that open a message.
+        found = {lit.strip() for _, _, new, lit in transitions if new and lit.strip()}
+    if bos:
+        found.add(bos)
+    found -= set(tags or ())  # reasoning kept in content is a reading the template accepts
+    return tuple(sorted(found))
+
+
+def _switch_values(template: str, var: str) -> list[Any]:
+    """Values to probe a switch with: booleans, and strings the template compares it to."""
+    name = re.escape(var)
+    found: list[Any] = [True, False]
+    patterns = (
+        rf"\b{name}\s*(?:==|!=)\s*(['\"])(.{{0,40}}?)\1",
+        rf"(['\"])(.{{0,40}}?)\1\s*(?:==|!=)\s*{name}\b",
+    )
+    for pat in patterns:
+        for m in re.finditer(pat, template):
+            if m.group(2) not in found:
+                found.append(m.group(2))
+    return found[:6]
 
 
 def _template_switches(template: str, tokenizer: Any) -> list[str]:

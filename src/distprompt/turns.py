@@ -13,11 +13,14 @@ import functools
 import itertools
 import json
 import logging
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from distprompt.template import (
+    ARG_KEY,
+    ARG_VALUE,
     ASSISTANT,
     CALL_ARGS,
     CALL_NAME,
@@ -36,8 +39,10 @@ __all__ = ["RecoveredTurns", "TemplateProfile", "learn_template", "recover_turns
 
 logger = logging.getLogger("distprompt.turns")
 
-_ASSISTANT_KINDS = frozenset({ASSISTANT, REASONING, CALL_NAME, CALL_ARGS})
+_ASSISTANT_KINDS = frozenset({ASSISTANT, REASONING, CALL_NAME, CALL_ARGS, ARG_KEY, ARG_VALUE})
 _PARSE_BUDGET = 20_000  # DFS steps; real prompts need about one step per slot
+_MAX_READINGS = 4  # complete parses tried per automaton before settling for the first
+_DIGITS = re.compile(r"\d+")
 _MAX_OCCURRENCES = 3  # later occurrences of a literal tried on backtracking
 _MAX_REPAIRS = 16  # extra renders spent on alternative encodings of awkward turns
 
@@ -57,6 +62,9 @@ class RecoveredTurns:
         chat_template_kwargs: Template variables the prompt was rendered with (e.g.
             ``{"enable_thinking": False}``), to send along as vLLM/SGLang ``chat_template_kwargs``;
             None when the defaults reproduce it.
+        structure: ``turns`` when every turn was recognised (no template marker inside any
+            message), ``flat`` for the declared fallback: the prompt text in fewer messages,
+            template markers included.
     """
 
     messages: tuple[dict[str, Any], ...]
@@ -64,6 +72,7 @@ class RecoveredTurns:
     fidelity: str
     reason: str | None
     chat_template_kwargs: dict[str, Any] | None = None
+    structure: str = "turns"
 
 
 # --------------------------------------------------------------------------- parsing
@@ -78,13 +87,35 @@ class _Slot:
     lit_start: int  # where the literal leading into this slot starts
 
 
-@functools.lru_cache(maxsize=32)
-def _table(profile: TemplateProfile) -> dict[str, tuple[tuple[str, bool, str], ...]]:
-    table: dict[str, list[tuple[str, bool, str]]] = {}
-    for prev, nxt, new, lit in profile.transitions:
-        table.setdefault(prev, []).append((nxt, new, lit))
-    for prev, lit, _ in profile.generation_variants:
-        table.setdefault(prev, []).append((END, True, lit))
+# A transition: (next slot, starts a new message, literal, pattern). ``pattern`` is set when the
+# template writes a counter into the literal (``functions.NAME:0``, ``:1`` …): probes showed the
+# literal with different numbers, so any number is accepted there.
+_Entry = tuple[str, bool, str, "re.Pattern[str] | None"]
+_Table = dict[str, tuple[_Entry, ...]]
+
+
+@functools.lru_cache(maxsize=64)
+def _table(
+    transitions: tuple[tuple[str, str, bool, str], ...],
+    variants: tuple[tuple[str, str, tuple[tuple[str, Any], ...]], ...],
+) -> _Table:
+    groups: dict[tuple[str, str, bool], list[str]] = {}
+    for prev, nxt, new, lit in transitions:
+        groups.setdefault((prev, nxt, new), []).append(lit)
+    for prev, lit, _ in variants:
+        groups.setdefault((prev, END, True), []).append(lit)
+    table: dict[str, list[_Entry]] = {}
+    for (prev, nxt, new), lits in groups.items():
+        by_shape: dict[str, list[str]] = {}
+        for lit in dict.fromkeys(lits):
+            by_shape.setdefault(_DIGITS.sub("0", lit), []).append(lit)
+        for same in by_shape.values():
+            if len(same) > 1 and START not in (prev, nxt) and END not in (prev, nxt):
+                parts = _DIGITS.split(same[0])
+                pattern = re.compile(r"\d+".join(re.escape(p) for p in parts))
+                table.setdefault(prev, []).append((nxt, new, same[0], pattern))
+            else:
+                table.setdefault(prev, []).extend((nxt, new, lit, None) for lit in same)
     return {k: tuple(v) for k, v in table.items()}
 
 
@@ -98,10 +129,11 @@ def _json_end(text: str, start: int) -> int | None:
 
 def _candidates(
     text: str,
-    table: dict[str, tuple[tuple[str, bool, str], ...]],
+    table: _Table,
     kind: str,
     start: int,
     masked: list[int] | None,
+    forbid: tuple[str, ...] = (),
 ) -> list[tuple[int, str, bool, str]]:
     """Ways to close the ``kind`` slot opened at ``start``: (literal position, next, new, lit)."""
     n = len(text)
@@ -109,7 +141,13 @@ def _candidates(
     if kind == TOOL_DEF and json_end is None:
         return []
     out: list[tuple[int, str, bool, str]] = []
-    for nxt, new, lit in table.get(kind, ()):
+    for nxt, new, lit0, pattern in table.get(kind, ()):
+        lit = lit0
+        if pattern is not None:
+            for m in itertools.islice(pattern.finditer(text, start), _MAX_OCCURRENCES):
+                if _slot_ok(text, kind, start, m.start(), masked, forbid):
+                    out.append((m.start(), nxt, new, m.group(0)))
+            continue
         if kind == START:
             positions = [0] if text.startswith(lit) else []
         elif json_end is not None:
@@ -128,16 +166,29 @@ def _candidates(
         for pos in positions:
             if nxt == END and pos + len(lit) != n:
                 continue
-            if not _slot_ok(text, kind, start, pos, masked):
+            if not _slot_ok(text, kind, start, pos, masked, forbid):
                 continue
             out.append((pos, nxt, new, lit))
     out.sort(key=lambda c: (c[0], c[1] != END, -len(c[3])))
     return out
 
 
-def _slot_ok(text: str, kind: str, start: int, end: int, masked: list[int] | None) -> bool:
-    if kind == CALL_NAME and (start == end or "\n" in text[start:end] or end - start > 256):
+def _slot_ok(
+    text: str,
+    kind: str,
+    start: int,
+    end: int,
+    masked: list[int] | None,
+    forbid: tuple[str, ...] = (),
+) -> bool:
+    if kind in (CALL_NAME, ARG_KEY) and (
+        start == end or "\n" in text[start:end] or end - start > 256
+    ):
         return False
+    if forbid and kind != START and end > start:
+        seg = text[start:end]
+        if any(mk in seg for mk in forbid):
+            return False  # a template marker inside a slot: the reading skipped a turn boundary
     if masked is not None and kind not in _ASSISTANT_KINDS and kind != START and end > start:
         # Loss-mask 1 marks assistant tokens; a mostly-masked non-assistant slot is a misparse.
         return 2 * (masked[end] - masked[start]) <= end - start
@@ -145,10 +196,22 @@ def _slot_ok(text: str, kind: str, start: int, end: int, masked: list[int] | Non
 
 
 def _parse(
-    text: str, profile: TemplateProfile, masked: list[int] | None
-) -> tuple[list[_Slot], dict[str, Any] | None] | None:
-    """Depth-first walk of the transition automaton; earliest literal first, then backtrack."""
-    table = _table(profile)
+    text: str,
+    profile: TemplateProfile,
+    masked: list[int] | None,
+    transitions: tuple[tuple[str, str, bool, str], ...] | None = None,
+    forbid: tuple[str, ...] = (),
+) -> Iterator[tuple[list[_Slot], dict[str, Any] | None]]:
+    """Depth-first walk of the transition automaton; earliest literal first, then backtrack.
+
+    Yields every complete reading in that order (the caller stops when one re-renders).
+    ``transitions`` replaces the default automaton (a template switch's own one); no slot may
+    hold a string of ``forbid``.
+    """
+    own = transitions is not None
+    trans = profile.transitions if transitions is None else transitions
+    table = _table(trans, () if own else profile.generation_variants)
+    known = frozenset(trans)
     # frame: [kind, slot start, literal start, new, candidates, next candidate index]
     frames: list[list[Any]] = [[START, 0, 0, True, None, 0]]
     # What follows a slot does not depend on how it was reached: a (kind, start) that failed
@@ -156,10 +219,10 @@ def _parse(
     dead: set[tuple[str, int]] = set()
     for _ in range(_PARSE_BUDGET):
         if not frames:
-            return None
+            return
         fr = frames[-1]
         if fr[4] is None:
-            fr[4] = _candidates(text, table, fr[0], fr[1], masked)
+            fr[4] = _candidates(text, table, fr[0], fr[1], masked, forbid)
         if fr[5] >= len(fr[4]):
             dead.add((fr[0], fr[1]))
             frames.pop()
@@ -168,21 +231,23 @@ def _parse(
         fr[5] += 1
         if nxt == END:
             ends = [f[4][f[5] - 1][0] for f in frames]
-            switches = next(
-                (
-                    dict(kw)
-                    for p, lit_v, kw in profile.generation_variants
-                    if (p, lit_v) == (fr[0], lit)
-                ),
-                None,
-            )
-            if (fr[0], END, True, lit) in profile.transitions:
+            switches = None
+            if not own:
+                switches = next(
+                    (
+                        dict(kw)
+                        for p, lit_v, kw in profile.generation_variants
+                        if (p, lit_v) == (fr[0], lit)
+                    ),
+                    None,
+                )
+            if (fr[0], END, True, lit) in known:
                 switches = None  # the defaults already end the prompt this way
             slots = [_Slot(f[0], f[1], e, f[3], f[2]) for f, e in zip(frames, ends, strict=True)]
-            return slots[1:], switches
+            yield slots[1:], switches
+            continue
         if (nxt, pos + len(lit)) not in dead:
             frames.append([nxt, pos + len(lit), pos, new, None, 0])
-    return None
 
 
 # --------------------------------------------------------------------------- messages
@@ -220,6 +285,11 @@ def _build(
         else:
             groups[-1].append(s)
     turns = [_turn(text, g, profile) for g in groups]
+    systems = [i for i, t in enumerate(turns) if t.message["role"] == SYSTEM]
+    if len(systems) == 1 and systems[0] > 0:
+        # Templates that write the system prompt into the last user turn (Mistral v3 style) read
+        # it from the first message: that is where it goes back.
+        turns.insert(0, turns.pop(systems[0]))
     return turns, tools
 
 
@@ -231,6 +301,8 @@ def _turn(text: str, group: list[_Slot], profile: TemplateProfile) -> _Turn:
         return _Turn([plain], *span)
     content, reasoning, r_slot, a_slot = "", None, None, None
     calls: list[dict[str, Any]] = []
+    key: str | None = None
+    keyed = False  # arguments written key by key: values are typed one by one
     for s in group:
         seg = text[s.start : s.end]
         if s.kind == REASONING:
@@ -241,6 +313,13 @@ def _turn(text: str, group: list[_Slot], profile: TemplateProfile) -> _Turn:
             calls.append({"type": "function", "function": {"name": seg, "arguments": ""}})
         elif s.kind == CALL_ARGS and calls:
             calls[-1]["function"]["arguments"] = seg
+        elif s.kind == ARG_KEY and calls:
+            key, keyed = seg, True
+            if not isinstance(calls[-1]["function"]["arguments"], dict):
+                calls[-1]["function"]["arguments"] = {}
+            calls[-1]["function"]["arguments"][seg] = ""
+        elif s.kind == ARG_VALUE and calls and key is not None:
+            calls[-1]["function"]["arguments"][key] = seg
     bodies: list[tuple[str, str | None]] = [(content, reasoning)]
     if r_slot is not None and a_slot is not None:
         # The template may not render reasoning at this position; the verbatim text may then
@@ -252,6 +331,13 @@ def _turn(text: str, group: list[_Slot], profile: TemplateProfile) -> _Turn:
     elif profile.reasoning_tags and profile.reasoning_tags[1] in content:
         bodies.append((content, ""))
     arg_forms = [False] if profile.tool_arguments_as_string else [True, False]
+    if keyed:
+        # JSON-encoded where the template encoded them (numbers, lists, objects), else strings;
+        # every value a string is the other reading.
+        for c in calls:
+            if not isinstance(c["function"]["arguments"], dict):
+                c["function"]["arguments"] = {}
+        arg_forms = [True, False]
     variants = []
     for (body, reason), parse_json in itertools.product(bodies, arg_forms if calls else [False]):
         msg: dict[str, Any] = {"role": ASSISTANT, "content": body}
@@ -263,9 +349,20 @@ def _turn(text: str, group: list[_Slot], profile: TemplateProfile) -> _Turn:
     return _Turn(variants, *span)
 
 
+def _typed(value: str) -> Any:
+    """A value as the template wrote it: JSON where it parses to a non-string, else the text."""
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return value
+    return value if isinstance(parsed, str) else parsed
+
+
 def _call_variant(call: dict[str, Any], *, parse_json: bool) -> dict[str, Any]:
     args: Any = call["function"]["arguments"]
-    if parse_json:
+    if isinstance(args, dict):
+        args = {k: _typed(v) for k, v in args.items()} if parse_json else dict(args)
+    elif parse_json:
         try:
             parsed = json.loads(args)
         except ValueError:
@@ -374,6 +471,81 @@ def _repair(
     return rendered
 
 
+_Reading = tuple[list[_Turn], list[dict[str, Any]], dict[str, Any] | None, str | None]
+
+
+def _readings(
+    tokenizer: Any,
+    body: str,
+    profile: TemplateProfile,
+    masked: list[int] | None,
+    forbid: tuple[str, ...],
+) -> Iterator[_Reading]:
+    """Readings of the prompt, rebuilt and re-rendered: the default automaton's first, then each
+    template switch's own automaton (its switches always sent along)."""
+    tables: list[tuple[tuple[tuple[str, str, bool, str], ...] | None, dict[str, Any] | None]] = [
+        (None, None)
+    ]
+    tables += [(trans, dict(kw)) for kw, trans in profile.switch_tables]
+    for transitions, forced in tables:
+        parses = _parse(body, profile, masked, transitions, forbid)
+        for slots, switches in itertools.islice(parses, _MAX_READINGS):
+            turns, tools = _build(body, slots, profile)
+            kw = forced if forced is not None else switches
+            yield turns, tools, kw, _repair(tokenizer, body, turns, tools, kw)
+
+
+def _best_reading(
+    tokenizer: Any, body: str, profile: TemplateProfile, masked: list[int] | None
+) -> _Reading | None:
+    """The reading to keep (None: the prompt has none).
+
+    First the readings whose slots hold no template marker; the first of them that re-renders to
+    the prompt wins. Else any reading that re-renders (a flat one); else the first marker-free
+    reading; else the first reading at all.
+    """
+    firsts: list[_Reading] = []
+    passes = (profile.markers, ()) if profile.markers else ((),)
+    for forbid in passes:
+        first: _Reading | None = None
+        for reading in _readings(tokenizer, body, profile, masked, forbid):
+            first = first or reading
+            if reading[3] == body:
+                return reading
+        if first is not None:
+            firsts.append(first)
+    return firsts[0] if firsts else None
+
+
+def _flat(tokenizer: Any, body: str, profile: TemplateProfile) -> tuple[list[_Turn], str | None]:
+    """The declared fallback: the prompt as one user message, minus the template's own opening
+    and generation prompt when that re-renders exactly (else the whole text)."""
+    opens = [lit for p, n, _, lit in profile.transitions if (p, n) == (START, USER)]
+    closes = [lit for p, n, _, lit in profile.transitions if (p, n) == (USER, END)]
+    for head, tail in itertools.product(opens, closes):
+        if body.startswith(head) and body.endswith(tail) and len(head) + len(tail) <= len(body):
+            inner = body[len(head) : len(body) - len(tail)]
+            turns = [_Turn([{"role": USER, "content": inner}], 0, len(body))]
+            rendered = _render(tokenizer, turns, [])
+            if rendered == body:
+                return turns, rendered
+    turns = [_Turn([{"role": USER, "content": body}], 0, len(body))]
+    return turns, _render(tokenizer, turns, [])
+
+
+def _clean(messages: Sequence[dict[str, Any]], profile: TemplateProfile) -> bool:
+    """No template marker inside any content, reasoning, tool-call name or argument."""
+    if not profile.markers:
+        return True
+    texts: list[str] = []
+    for m in messages:
+        texts += [str(m.get("content") or ""), str(m.get("reasoning_content") or "")]
+        for c in m.get("tool_calls") or ():
+            fn = c.get("function") or {}
+            texts += [str(fn.get("name", "")), json.dumps(fn.get("arguments"), ensure_ascii=False)]
+    return not any(mk in t for t in texts for mk in profile.markers)
+
+
 def recover_turns(
     prompt_ids: Sequence[int],
     *,
@@ -426,26 +598,25 @@ def recover_turns(
     masked = None
     if loss_mask is not None and offsets is not None and text_ok and any(loss_mask):
         masked = _masked_prefix(loss_mask, offsets, len(body), shift)
-    parsed = _parse(body, profile, masked)
-    if parsed is None and masked is not None:
-        parsed = _parse(body, profile, None)  # a mask from a different convention: ignore it
-        if parsed is not None:
+    reading = _best_reading(tokenizer, body, profile, masked)
+    if reading is None and masked is not None:
+        reading = _best_reading(tokenizer, body, profile, None)  # a mask of another convention
+        if reading is not None:
             notes.append("loss mask disagrees with the recovered turn boundaries")
-    switches: dict[str, Any] | None = None
-    if parsed is None:
-        notes.append("no turn structure recognised; whole prompt kept as one user message")
-        turns = [_Turn([{"role": USER, "content": body}], 0, len(body))]
+    if reading is None:
+        notes.append("no turn structure recognised; prompt text kept as one user message")
+        turns, rendered = _flat(tokenizer, body, profile)
         tools: list[dict[str, Any]] = []
-        rendered = _render(tokenizer, turns, tools)
+        switches: dict[str, Any] | None = None
     else:
-        turns, tools = _build(body, parsed[0], profile)
-        switches = parsed[1]
-        rendered = _repair(tokenizer, body, turns, tools, switches)
+        turns, tools, switches, rendered = reading
     messages = tuple(t.message for t in turns)
     out_tools = tuple(tools) if tools else None
 
+    structure = "turns" if reading is not None and _clean(messages, profile) else "flat"
+
     def result(fidelity: str, reason: str | None) -> RecoveredTurns:
-        return RecoveredTurns(messages, out_tools, fidelity, reason, switches)
+        return RecoveredTurns(messages, out_tools, fidelity, reason, switches, structure)
 
     if rendered == body and text_ok and not shift:
         return result("tokens", None)
