@@ -597,3 +597,23 @@ def test_aiperf_import_joins_records_to_items(suite_dir: Path, tmp_path: Path) -
     assert by_id[items[6].id]["error_kind"] == "aiperf:HTTPError"
     assert res.summary["errors"] == {"aiperf:HTTPError": 1}
     assert (tmp_path / "imp" / "summary.md").is_file()
+
+
+def test_sglang_reader_takes_older_field_names() -> None:
+    from distprompt.bench_protocol import StreamReader
+
+    r = StreamReader("sglang")
+    r.feed('{"text": "a", "meta_info": {"completion_tokens": 1, "finish_reason": null}}', 0.1)
+    r.feed(
+        '{"text": "abc", "meta_info": {"completion_tokens": 9, "spec_verify_ct": 3,'
+        ' "spec_accepted_drafts": 5, "spec_proposed_drafts": 9, "spec_accept_histogram": [1, 1, 1],'
+        ' "finish_reason": {"type": "length", "length": 9}}}',
+        0.3,
+    )
+    r.done()
+    assert r.spec is not None and r.output_tokens == 9 and r.itl == pytest.approx([0.2])
+    assert r.spec.accept_length == 3.0 and r.spec.accept_rate == pytest.approx(5 / 9)
+    assert (r.spec.accepted, r.spec.drafted, r.spec.histogram) == (5, 9, (1, 1, 1))
+    plain = StreamReader("sglang")
+    plain.feed('{"meta_info": {"completion_tokens": 4, "finish_reason": {"type": "stop"}}}', 0.1)
+    assert plain.spec is None and plain.finish_reason == "stop"

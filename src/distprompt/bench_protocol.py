@@ -178,15 +178,31 @@ def _hist(v: Any) -> tuple[int, ...] | None:
 
 
 def _sglang_spec(meta: dict[str, Any]) -> SpecFigures | None:
-    if meta.get("spec_verify_ct") is None:
+    steps = _int(meta, "spec_verify_ct")
+    if not steps:  # SGLang adds the figures only when speculation ran a verify step
         return None
+    # The names before SGLang's rename are still sent as aliases; older servers send only them
+    # (and the oldest only spec_verify_ct, from which bench_serving derives the length).
+    accepted = _int(meta, "spec_num_correct_drafts")
+    if accepted is None:
+        accepted = _int(meta, "spec_accepted_drafts")
+    drafted = _int(meta, "spec_num_proposed_drafts")
+    if drafted is None:
+        drafted = _int(meta, "spec_proposed_drafts")
+    length = _num(meta, "spec_accept_length")
+    if length is None and _int(meta, "completion_tokens") is not None:
+        length = float(meta["completion_tokens"]) / steps
+    rate = _num(meta, "spec_accept_rate")
+    if rate is None and accepted is not None and drafted:
+        rate = accepted / drafted
+    hist = meta.get("spec_correct_drafts_histogram", meta.get("spec_accept_histogram"))
     return SpecFigures(
-        steps=_int(meta, "spec_verify_ct"),
-        accepted=_int(meta, "spec_num_correct_drafts"),
-        drafted=_int(meta, "spec_num_proposed_drafts"),
-        accept_length=_num(meta, "spec_accept_length"),
-        accept_rate=_num(meta, "spec_accept_rate"),
-        histogram=_hist(meta.get("spec_correct_drafts_histogram")),
+        steps=steps,
+        accepted=accepted,
+        drafted=drafted,
+        accept_length=length,
+        accept_rate=rate,
+        histogram=_hist(hist),
         origin="sglang.meta_info",
     )
 

@@ -31,7 +31,7 @@ import numpy as np
 __all__ = ["BOOTSTRAP", "MIN_CLUSTER_REQUESTS", "compare", "corpus_estimate", "summarize"]
 
 BOOTSTRAP = 2000
-MIN_CLUSTER_REQUESTS = 5
+MIN_CLUSTER_REQUESTS = 3
 SEED = 0
 _FIGS = ("accept_length", "accept_rate")
 
