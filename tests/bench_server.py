@@ -71,6 +71,7 @@ class Behaviour:
     per_request_metrics: bool = True  # vLLM --per-request-spec-decode-metrics summary
     spec: bool = True  # speculation on
     faults: dict[str, str] = field(default_factory=dict)  # item id -> fault
+    close_after: int | None = None  # stop listening once this many generations were asked
     max_requests: int = 2000
     lifetime: float = 120.0
 
@@ -115,6 +116,10 @@ class FakeServer:
                     if srv.served > srv.b.max_requests:
                         self._send(503, b'{"error": {"message": "request budget exhausted"}}')
                         return
+                    if srv.served == srv.b.close_after:
+                        # before replying, so the next request finds nothing listening
+                        srv.httpd.shutdown()
+                        srv.httpd.server_close()
                 srv.generate(self, self.path, body)
 
             def _send(self, code: int, data: bytes, ctype: str = "application/json") -> None:

@@ -257,6 +257,7 @@ def test_openai_chat_sends_messages_only_for_exact_items(suite_dir: Path) -> Non
     assert {r["id"] for r in inexact.requests} == {
         it.id for it in items if it.source == "glaive" and it.fidelity != "lossy"
     }
+    assert all("ignore_eos" not in p.body for p in srv.log)  # off: not sent at all
     sent = [p.body for p in srv.log if p.item_id == "glaive-000"]
     assert sent[0]["tools"] == [{"type": "function", "function": {"name": "f"}}]
     assert sent[0]["model"] == "m"
@@ -314,6 +315,33 @@ def test_server_down_is_a_clear_error_and_leaves_nothing(suite_dir: Path, tmp_pa
     with pytest.raises(ServerError, match=r"expected a sglang server, found .*start the server"):
         bench(suite_dir, url=f"http://127.0.0.1:{port}", api="sglang", out=tmp_path / "r")
     assert not (tmp_path / "r").exists()
+
+
+def test_server_going_away_stops_the_run_and_keeps_what_finished(
+    suite_dir: Path, tmp_path: Path
+) -> None:
+    items = Suite.load(suite_dir).items
+    with FakeServer(items, Behaviour(accept=ACCEPT, close_after=6)) as srv:
+        rc = main(
+            [
+                "bench",
+                str(suite_dir),
+                "--url",
+                srv.url,
+                "--api",
+                "sglang",
+                "--out",
+                str(tmp_path / "r"),
+                "--concurrency",
+                "1,4",
+            ]
+        )
+    assert rc == 2
+    res = BenchResults.load(tmp_path / "r")
+    assert not res.complete
+    assert res.meta["stopped"] == "server unreachable during concurrency 1, source sweagent"
+    assert [r["error_kind"] for r in res.requests] == [None] * 6 + ["connect"] * 4
+    assert res.meta["errors"] == {"connect": 4}
 
 
 def test_bad_options_and_occupied_out(suite_dir: Path, tmp_path: Path) -> None:

@@ -109,11 +109,12 @@ def build_body(
         {
             "max_tokens": item.max_tokens,
             "temperature": temperature,
-            "ignore_eos": ignore_eos,
             "stream": True,
             "stream_options": {"include_usage": True},
         }
     )
+    if ignore_eos:  # a vLLM/SGLang extension: strict OpenAI servers refuse unknown keys
+        body["ignore_eos"] = True
     return body
 
 

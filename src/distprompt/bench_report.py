@@ -152,11 +152,9 @@ def _plot(summary: dict[str, Any], path: Path) -> bool:
     rows = summary["by_source"]
     if not rows:
         return False
-    import matplotlib
+    from distprompt._report_render import _png, _pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     sources = sorted({r["source"] for r in rows})
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     levels = sorted({r["concurrency"] for r in rows})
@@ -198,12 +196,7 @@ def _plot(summary: dict[str, Any], path: Path) -> bool:
     if ax2.get_legend_handles_labels()[0]:
         ax2.legend(fontsize=8)
     fig.tight_layout()
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())
+    atomic_write_bytes(path, _png(fig))
     return True
 
 
