@@ -282,7 +282,7 @@ def test_faults_are_counted_by_kind_and_never_retried(suite_dir: Path, tmp_path:
             api="sglang",
             out=tmp_path / "r",
             concurrency=[4],
-            timeout=3,
+            timeout=5,
         )
     kinds = {r["id"]: r["error_kind"] for r in res.requests}
     assert kinds["glaive-000"] == "http" and kinds["glaive-001"] == "disconnect"

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from distprompt._plan import last_user_text, text_of
-from distprompt.bench_run import BenchResults, _shares, check_results_dir
+from distprompt.bench_run import BenchResults, check_results_dir, source_shares
 from distprompt.errors import InputError
 from distprompt.records import SuiteItem
 
@@ -172,7 +172,7 @@ def import_aiperf(
         "aiperf_run": str(run),
         "items": len({row["id"] for row in out_rows}),
         "sources": srcs,
-        "shares": _shares(s.manifest, srcs),
+        "shares": source_shares(s.manifest, srcs),
         "shares_from": "manifest rows",
         "concurrency": [c],
         "complete": True,

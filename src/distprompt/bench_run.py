@@ -43,7 +43,15 @@ from distprompt.bench_protocol import (
 from distprompt.errors import ConfigError, InputError, OutputError, ServerError
 from distprompt.records import SuiteItem
 
-__all__ = ["ERROR_KINDS", "REQUESTS_NAME", "BenchResults", "bench", "check_results_dir"]
+__all__ = [
+    "ERROR_KINDS",
+    "REQUESTS_NAME",
+    "BenchInterrupted",
+    "BenchResults",
+    "bench",
+    "check_results_dir",
+    "source_shares",
+]
 
 log = logging.getLogger("distprompt.bench")
 
@@ -217,7 +225,7 @@ def _select(
     return chosen, dict(sorted(skipped.items()))
 
 
-def _shares(manifest: dict[str, Any], sources: Sequence[str]) -> dict[str, float]:
+def source_shares(manifest: dict[str, Any], sources: Sequence[str]) -> dict[str, float]:
     """Each benchmarked source's share of the corpus rows (renormalised over them)."""
     rows = {s: float((manifest.get("sources", {}).get(s) or {}).get("rows", 0)) for s in sources}
     total = sum(rows.values())
@@ -524,7 +532,7 @@ def bench(
         "suite_items": len(s.items),
         "items": len(items),
         "sources": srcs,
-        "shares": _shares(s.manifest, srcs),
+        "shares": source_shares(s.manifest, srcs),
         "shares_from": "manifest rows"
         if any((s.manifest.get("sources", {}).get(x) or {}).get("rows") for x in srcs)
         else "equal (manifest has no row counts)",
