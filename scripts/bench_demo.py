@@ -39,54 +39,16 @@ def run() -> int:
     items = Suite.load(suite).items
     common = ["--concurrency", "1,4", "--max-items", "5", "--no-progress", "--overwrite"]
     beh = {"first_delay": 0.002, "step_delay": 0.0005}
-    with FakeServer(items, Behaviour(accept=ACCEPT, **beh)) as srv:
-        rc = main(
-            [
-                "bench",
-                str(suite),
-                "--url",
-                srv.url,
-                "--api",
-                "sglang",
-                "--label",
-                "eagle3",
-                "--out",
-                str(out / "eagle3"),
-                *common,
-            ]
-        )
-    with FakeServer(items, Behaviour(accept=ACCEPT, per_request_metrics=False, **beh)) as srv:
-        rc |= main(
-            [
-                "bench",
-                str(suite),
-                "--url",
-                srv.url,
-                "--api",
-                "vllm",
-                "--label",
-                "vllm-counters",
-                "--out",
-                str(out / "vllm"),
-                *common,
-            ]
-        )
-    with FakeServer(items, Behaviour(accept=ACCEPT, spec=False, **beh)) as srv:
-        rc |= main(
-            [
-                "bench",
-                str(suite),
-                "--url",
-                srv.url,
-                "--api",
-                "sglang",
-                "--label",
-                "base",
-                "--out",
-                str(out / "base"),
-                *common,
-            ]
-        )
+    runs = [  # label, API, server behaviour
+        ("eagle3", "sglang", {}),
+        ("vllm-counters", "vllm", {"per_request_metrics": False}),
+        ("base", "sglang", {"spec": False}),
+    ]
+    rc = 0
+    for label, api, extra in runs:
+        with FakeServer(items, Behaviour(accept=ACCEPT, **beh, **extra)) as srv:
+            args = ["--url", srv.url, "--api", api, "--label", label, "--out", str(out / label)]
+            rc |= main(["bench", str(suite), *args, *common])
     rc |= main(["bench-compare", str(out / "eagle3"), "--baseline", str(out / "base")])
     return rc
 

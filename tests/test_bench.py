@@ -317,25 +317,17 @@ def test_server_down_is_a_clear_error_and_leaves_nothing(suite_dir: Path, tmp_pa
     assert not (tmp_path / "r").exists()
 
 
+def _cli_bench(suite_dir: Path, url: str, out: Path, *extra: str) -> int:
+    return main(["bench", str(suite_dir), "--url", url, "--api", "sglang", "--out", str(out),
+                 *extra])  # fmt: skip
+
+
 def test_server_going_away_stops_the_run_and_keeps_what_finished(
     suite_dir: Path, tmp_path: Path
 ) -> None:
     items = Suite.load(suite_dir).items
     with FakeServer(items, Behaviour(accept=ACCEPT, close_after=6)) as srv:
-        rc = main(
-            [
-                "bench",
-                str(suite_dir),
-                "--url",
-                srv.url,
-                "--api",
-                "sglang",
-                "--out",
-                str(tmp_path / "r"),
-                "--concurrency",
-                "1,4",
-            ]
-        )
+        rc = _cli_bench(suite_dir, srv.url, tmp_path / "r", "--concurrency", "1,4")
     assert rc == 2
     res = BenchResults.load(tmp_path / "r")
     assert not res.complete
@@ -452,59 +444,13 @@ def test_compare_speedup_and_where_it_stops_paying() -> None:
 
 def test_cli_bench_compare_and_import(suite_dir: Path, tmp_path: Path, capsys: Any) -> None:
     items = Suite.load(suite_dir).items
+    a, b = tmp_path / "a", tmp_path / "b"
     with FakeServer(items, Behaviour(accept=ACCEPT)) as srv:
-        rc = main(
-            [
-                "bench",
-                str(suite_dir),
-                "--url",
-                srv.url,
-                "--api",
-                "sglang",
-                "--out",
-                str(tmp_path / "a"),
-                "--concurrency",
-                "1,2",
-                "--label",
-                "eagle3",
-            ]
-        )
-        assert rc == 0
-        rc = main(
-            [
-                "bench",
-                str(suite_dir),
-                "--url",
-                srv.url,
-                "--api",
-                "sglang",
-                "--out",
-                str(tmp_path / "a"),
-                "--concurrency",
-                "1",
-            ]
-        )
-        assert rc == 2  # occupied without --overwrite
+        assert _cli_bench(suite_dir, srv.url, a, "--concurrency", "1,2", "--label", "eagle3") == 0
+        # occupied without --overwrite
+        assert _cli_bench(suite_dir, srv.url, a, "--concurrency", "1") == 2
     with FakeServer(items, Behaviour(accept=ACCEPT, spec=False)) as srv:
-        assert (
-            main(
-                [
-                    "bench",
-                    str(suite_dir),
-                    "--url",
-                    srv.url,
-                    "--api",
-                    "sglang",
-                    "--out",
-                    str(tmp_path / "b"),
-                    "--concurrency",
-                    "1,2",
-                    "--label",
-                    "base",
-                ]
-            )
-            == 0
-        )
+        assert _cli_bench(suite_dir, srv.url, b, "--concurrency", "1,2", "--label", "base") == 0
     err = capsys.readouterr().err
     assert "wrote 20 requests" in err and "Corpus-weighted estimate" in err
     assert main(["bench-compare", str(tmp_path / "a"), "--baseline", str(tmp_path / "b")]) == 0
