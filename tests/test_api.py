@@ -34,6 +34,11 @@ def test_all_is_complete_and_importable() -> None:
         "report",
         "metrics",
         "runmd",
+        "bench_import",
+        "bench_protocol",
+        "bench_report",
+        "bench_run",
+        "bench_stats",
     }
     assert public <= set(distprompt.__all__)
     for name in distprompt.__all__:

@@ -8,6 +8,9 @@ Example:
 """
 
 from distprompt._version import __version__
+from distprompt.bench_import import import_aiperf
+from distprompt.bench_run import BenchInterrupted, BenchResults, bench
+from distprompt.bench_stats import compare as bench_compare
 from distprompt.corpus import CorpusInfo, inspect_corpus
 from distprompt.errors import (
     ConfigError,
@@ -16,6 +19,7 @@ from distprompt.errors import (
     DistpromptError,
     InputError,
     OutputError,
+    ServerError,
     TemplateError,
     TokenizerError,
 )
@@ -25,6 +29,8 @@ from distprompt.report import Report, render_report
 from distprompt.suite import Suite
 
 __all__ = [
+    "BenchInterrupted",
+    "BenchResults",
     "ConfigError",
     "CorpusInfo",
     "CorruptStreamError",
@@ -34,12 +40,16 @@ __all__ = [
     "OutputError",
     "Provenance",
     "Report",
+    "ServerError",
     "Suite",
     "SuiteItem",
     "TemplateError",
     "TokenizerError",
     "__version__",
+    "bench",
+    "bench_compare",
     "build_suite",
+    "import_aiperf",
     "inspect_corpus",
     "render_report",
 ]

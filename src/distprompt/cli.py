@@ -287,6 +287,176 @@ def report_cmd(
     typer.echo(render_report(out).summary)
 
 
+# ---- bench: replay a suite against a server (bench, bench-import, bench-compare) ----------
+
+
+class BenchAPI(str, Enum):
+    sglang = "sglang"
+    vllm = "vllm"
+    openai_chat = "openai-chat"
+
+
+def _int_list(text: str, opt: str) -> list[int]:
+    from distprompt.errors import ConfigError
+
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(
+            f"{opt}: expected comma-separated integers such as 1,4,16,64, found {text!r}"
+        ) from None
+
+
+BenchOut = Annotated[Path, typer.Option("--out", "-o", help="Results folder.")]
+BenchOverwrite = Annotated[
+    bool, typer.Option("--overwrite", help="Replace a previous bench result in OUT.")
+]
+
+
+def _bench_done(res: Any, out: Path) -> None:
+    from distprompt.bench_report import render_summary
+
+    typer.echo(render_summary(res.summary), err=True)
+    typer.echo(f"wrote {len(res)} requests to {out}", err=True)
+
+
+@app.command("bench")
+def bench_cmd(
+    suite: Annotated[Path, typer.Argument(help="Suite folder written by `distprompt export`.")],
+    url: Annotated[str, typer.Option(help="Server base URL, e.g. http://127.0.0.1:30000.")],
+    api: Annotated[
+        BenchAPI,
+        typer.Option(
+            help="sglang: /generate with ids; vllm: /v1/completions with ids; "
+            "openai-chat: /v1/chat/completions with messages."
+        ),
+    ],
+    out: BenchOut,
+    concurrency: Annotated[
+        str, typer.Option(help="Comma-separated concurrency levels.")
+    ] = "1,4,16,64",
+    label: Annotated[str | None, typer.Option(help="Name of the run (default: the API).")] = None,
+    sources: Annotated[
+        str | None, typer.Option(help="Comma-separated sources to send (default: all).")
+    ] = None,
+    max_items: Annotated[
+        int | None, typer.Option(help="At most this many items per source.", min=1)
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds a request may take, send to last event.", min=0.001)
+    ] = 600.0,
+    ignore_eos: Annotated[
+        bool, typer.Option("--ignore-eos", help="Generate max_tokens past EOS (forced length).")
+    ] = False,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.", min=0.0)] = 0.0,
+    model: Annotated[
+        str | None, typer.Option(help="Model name for the OpenAI APIs (default: /v1/models).")
+    ] = None,
+    allow_inexact: Annotated[
+        bool,
+        typer.Option("--allow-inexact", help="openai-chat: also send items of fidelity text."),
+    ] = False,
+    overwrite: BenchOverwrite = False,
+    progress: Annotated[
+        bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr.")
+    ] = True,
+) -> None:
+    """Replay a suite against a server: speed and speculative acceptance per source and cluster."""
+    from distprompt.bench_run import BenchInterrupted, bench
+
+    try:
+        res = bench(
+            suite,
+            url=url,
+            api=api.value,
+            out=out,
+            concurrency=_int_list(concurrency, "--concurrency"),
+            label=label,
+            sources=[x.strip() for x in sources.split(",") if x.strip()] if sources else None,
+            max_items=max_items,
+            timeout=timeout,
+            ignore_eos=ignore_eos,
+            temperature=temperature,
+            model=model,
+            allow_inexact=allow_inexact,
+            overwrite=overwrite,
+            progress=progress and sys.stderr.isatty(),
+        )
+    except BenchInterrupted as exc:
+        _state["interrupt_note"] = (
+            f"kept the {len(exc.results)} finished requests in {out}, marked incomplete"
+        )
+        raise
+    _bench_done(res, out)
+    if not res.complete:
+        raise typer.Exit(EXIT_DATA)
+
+
+@app.command("bench-import")
+def bench_import_cmd(
+    aiperf_run_dir: Annotated[
+        Path, typer.Argument(help="AIPerf artifact folder (holds profile_export.jsonl).")
+    ],
+    suite: Annotated[Path, typer.Option(help="The suite folder the AIPerf input came from.")],
+    out: BenchOut,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(help="Concurrency of the AIPerf run (default: from its config).", min=1),
+    ] = None,
+    label: Annotated[str | None, typer.Option(help="Name of the run (default: aiperf).")] = None,
+    overwrite: BenchOverwrite = False,
+) -> None:
+    """Join an AIPerf run's per-request export back to the suite items and summarize it."""
+    from distprompt.bench_import import import_aiperf
+
+    res = import_aiperf(
+        aiperf_run_dir,
+        suite=suite,
+        out=out,
+        concurrency=concurrency,
+        label=label,
+        overwrite=overwrite,
+    )
+    if res.meta.get("unmatched"):
+        _warn(
+            "records not joined to a suite item: "
+            + ", ".join(f"{v} ({k})" for k, v in res.meta["unmatched"].items())
+        )
+    _bench_done(res, out)
+
+
+@app.command("bench-compare")
+def bench_compare_cmd(
+    a: Annotated[Path, typer.Argument(help="Results folder of the run to judge (speculative).")],
+    b: Annotated[Path | None, typer.Argument(help="Results folder of the baseline run.")] = None,
+    baseline: Annotated[
+        Path | None, typer.Option(help="Baseline results folder (instead of B).")
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object instead of markdown.")
+    ] = False,
+) -> None:
+    """Speedup of run A over baseline B per source and concurrency, with 95% intervals."""
+    from distprompt.bench_report import render_compare
+    from distprompt.bench_run import BenchResults
+    from distprompt.bench_stats import compare
+    from distprompt.errors import ConfigError
+
+    base = baseline or b
+    if base is None or (baseline is not None and b is not None):
+        raise ConfigError("bench-compare: expected a baseline as B or --baseline (one of them)")
+    cmp = compare(BenchResults.load(a), BenchResults.load(base))
+    if json_out:
+        import orjson
+
+        typer.echo(orjson.dumps(cmp, option=orjson.OPT_INDENT_2).decode())
+    else:
+        typer.echo(render_compare(cmp))
+
+
+# ---- end of bench ------------------------------------------------------------------------
+
+
 class _Interrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM, raised in the main thread so every ``finally`` cleans up."""
 
@@ -325,7 +495,8 @@ class _StderrWarnings(logging.Handler):
 def _interrupted(exc: BaseException | None) -> int:
     signum = getattr(exc, "signum", None) or _state.get("signal") or signal.SIGINT
     name = "terminated" if signum == signal.SIGTERM else "interrupted"
-    typer.echo(f"{name}: stopped; no output folder was finished, temp files were removed", err=True)
+    note = _state.get("interrupt_note") or "no output folder was finished, temp files were removed"
+    typer.echo(f"{name}: stopped; {note}", err=True)
     return 128 + int(signum)
 
 
@@ -355,6 +526,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     _state["verbose"] = False  # set again by the root callback when -v is given
     _state["signal"] = None
+    _state["interrupt_note"] = None
     try:
         rv = app(args=argv, standalone_mode=False)
     except DistpromptError as exc:

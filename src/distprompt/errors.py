@@ -10,7 +10,8 @@ keeps working::
     ├── DataError(ValueError)              a row breaks the schema: carries shard, line, reason
     ├── TokenizerError(ValueError)         tokenizer missing, not a tokenizer, or not the data's
     │   └── TemplateError                  no usable chat template
-    └── OutputError(OSError)               OUT exists and is not empty, not writable, disk full
+    ├── OutputError(OSError)               OUT exists and is not empty, not writable, disk full
+    └── ServerError(ConnectionError)       ``bench``: no server answers at --url, or not the API
 
 Messages follow one shape: ``shard:line: expected …, found …; what to do``. The CLI is the only
 place an exception becomes an exit code (2 for a :class:`DistpromptError`).
@@ -25,6 +26,7 @@ __all__ = [
     "DistpromptError",
     "InputError",
     "OutputError",
+    "ServerError",
     "TemplateError",
     "TokenizerError",
 ]
@@ -82,3 +84,7 @@ class TemplateError(TokenizerError):
 
 class OutputError(DistpromptError, OSError):
     """The output folder cannot be written as asked."""
+
+
+class ServerError(DistpromptError, ConnectionError):
+    """``bench``: no server answers at the URL, or it does not speak the API asked for."""

@@ -1,0 +1,240 @@
+"""``distprompt bench-import``: join an AIPerf run's per-request export back to the suite items.
+
+AIPerf (0.13.0, ``docs/tutorials/working-with-profile-exports.md``) writes one JSON record a
+request to ``profile_export.jsonl``: ``metadata`` (``conversation_id``, ``turn_index``,
+``request_start_ns``, ``request_end_ns``, …), ``metrics`` (``{"value", "unit"}`` per tag:
+``time_to_first_token``, ``inter_chunk_latency``, ``output_token_count``, and with a speculative
+vLLM server ``spec_decode_acceptance_length``, ``spec_decode_draft_acceptance_rate`` (percent),
+``spec_decode_steps``, ``spec_decode_accepted_draft_tokens``, ``spec_decode_draft_tokens``
+— ``src/aiperf/metrics/types/spec_decode_metrics.py``) and ``error``.
+
+A record is matched to a suite item by its ``conversation_id`` when that is an item id (the
+``aiperf_multi_turn.jsonl`` export names each session by the item id), else through the run's
+``inputs.json`` (``session_id`` → the payloads sent) by the text of the last user turn, which is
+what ``aiperf.jsonl`` sends. Of a multi-turn session only the last turn is the item's request.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from distprompt._plan import last_user_text, text_of
+from distprompt.bench_run import BenchResults, check_results_dir, source_shares
+from distprompt.errors import InputError
+from distprompt.records import SuiteItem
+
+__all__ = ["PROFILE_EXPORT", "import_aiperf"]
+
+PROFILE_EXPORT = "profile_export.jsonl"
+_SCALE = {"ms": 1e-3, "ns": 1e-9, "us": 1e-6, "s": 1.0, "sec": 1.0}
+
+
+def _metric(metrics: dict[str, Any], tag: str) -> Any:
+    m = metrics.get(tag)
+    return m.get("value") if isinstance(m, dict) else None
+
+
+def _seconds(metrics: dict[str, Any], tag: str) -> Any:
+    m = metrics.get(tag)
+    if not isinstance(m, dict) or m.get("value") is None:
+        return None
+    k = _SCALE.get(str(m.get("unit", "ms")), 1e-3)
+    v = m["value"]
+    return [float(x) * k for x in v] if isinstance(v, list) else float(v) * k
+
+
+def _payload_text(payload: Any) -> str | None:
+    """The last user text of a request payload AIPerf sent (chat or completions)."""
+    if not isinstance(payload, dict):
+        return None
+    msgs = payload.get("messages")
+    if isinstance(msgs, list):
+        users = [
+            text_of(m.get("content"))
+            for m in msgs
+            if isinstance(m, dict) and m.get("role") == "user"
+        ]
+        return users[-1] if users else None
+    prompt = payload.get("prompt")
+    return prompt if isinstance(prompt, str) else None
+
+
+def _find(run_dir: Path) -> Path:
+    hits = (
+        [run_dir / PROFILE_EXPORT]
+        if (run_dir / PROFILE_EXPORT).is_file()
+        else sorted(run_dir.rglob(PROFILE_EXPORT))
+    )
+    if len(hits) != 1:
+        raise InputError(
+            f"{run_dir}: expected one AIPerf {PROFILE_EXPORT}, found {len(hits)}; pass the "
+            "artifact folder of one `aiperf profile` run"
+        )
+    return hits[0]
+
+
+def import_aiperf(
+    run_dir: str | os.PathLike[str],
+    *,
+    suite: str | os.PathLike[str],
+    out: str | os.PathLike[str] | None = None,
+    concurrency: int | None = None,
+    label: str | None = None,
+    overwrite: bool = False,
+) -> BenchResults:
+    """Turn an AIPerf run into bench results joined to the suite's sources and clusters.
+
+    Args:
+        run_dir: AIPerf artifact folder (holds ``profile_export.jsonl``, ideally ``inputs.json``).
+        suite: The suite folder the AIPerf input file was exported from.
+        out: Results folder to write (same files as ``distprompt bench``); None: none.
+        concurrency: Concurrency label of the run (default: read from
+            ``profile_export_aiperf.json``, else 1).
+        label: Name of the run (default ``aiperf``).
+        overwrite: Replace a previous result in ``out``.
+
+    Returns:
+        The results; ``meta["unmatched"]`` counts records that match no item, by reason.
+
+    Raises:
+        InputError: No AIPerf export, or a line that is not JSON.
+
+    Example:
+        >>> res = import_aiperf("artifacts/run1", suite="suite/")  # doctest: +SKIP
+    """
+    from distprompt.suite import Suite
+
+    run = Path(run_dir)
+    path = _find(run)
+    if out is not None:
+        check_results_dir(Path(out), overwrite=overwrite)
+    s = Suite.load(suite)
+    by_id = {it.id: it for it in s.items}
+    texts: dict[str, list[SuiteItem]] = defaultdict(list)
+    for it in s.items:
+        texts[last_user_text(it)].append(it)
+    sessions: dict[str, list[Any]] = {}
+    inputs = path.parent / "inputs.json"
+    if inputs.is_file():
+        data = orjson.loads(inputs.read_bytes()).get("data", [])
+        sessions = {str(d.get("session_id")): d.get("payloads") or [] for d in data}
+    c = concurrency or _concurrency(path.parent) or 1
+    records = []
+    for n, line in enumerate(path.read_bytes().splitlines(), 1):
+        if line.strip():
+            try:
+                records.append(orjson.loads(line))
+            except orjson.JSONDecodeError as exc:
+                raise InputError(f"{path}:{n}: expected a JSON record, found {exc}") from exc
+    last_turn: dict[str, int] = {}
+    for r in records:
+        md = r.get("metadata") or {}
+        cid = str(md.get("conversation_id"))
+        last_turn[cid] = max(last_turn.get(cid, 0), int(md.get("turn_index") or 0))
+    t0 = min(
+        (int((r.get("metadata") or {}).get("request_start_ns") or 0) for r in records), default=0
+    )
+    unmatched: Counter[str] = Counter()
+    out_rows = []
+    for r in records:
+        md = r.get("metadata") or {}
+        cid = str(md.get("conversation_id"))
+        turn = int(md.get("turn_index") or 0)
+        if turn < last_turn[cid]:
+            unmatched["earlier turn of a session"] += 1
+            continue
+        item = by_id.get(cid)
+        if item is None:
+            payloads = sessions.get(cid)
+            if payloads is None:
+                unmatched["no inputs.json entry for the conversation"] += 1
+                continue
+            text = _payload_text(payloads[turn] if turn < len(payloads) else None)
+            cands = texts.get(text or "\0", [])
+            if len(cands) != 1:
+                why = "text matches no item" if not cands else "text matches several items"
+                unmatched[why] += 1
+                continue
+            item = cands[0]
+        out_rows.append(_row(r, item, c, t0))
+    srcs = sorted({row["source"] for row in out_rows})
+    errors = Counter(row["error_kind"] for row in out_rows if row["error_kind"])
+    meta = {
+        "label": label or "aiperf",
+        "api": "aiperf",
+        "url": None,
+        "suite": str(suite),
+        "aiperf_run": str(run),
+        "items": len({row["id"] for row in out_rows}),
+        "sources": srcs,
+        "shares": source_shares(s.manifest, srcs),
+        "shares_from": "manifest rows",
+        "concurrency": [c],
+        "complete": True,
+        "errors": dict(sorted(errors.items())),
+        "unmatched": dict(sorted(unmatched.items())),
+        "records": len(records),
+    }
+    res = BenchResults(out_rows, meta)
+    if out is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        res.save(out, overwrite=True)
+    return res
+
+
+def _concurrency(run: Path) -> int | None:
+    p = run / "profile_export_aiperf.json"
+    if not p.is_file():
+        return None
+    try:
+        cfg = orjson.loads(p.read_bytes()).get("input_config") or {}
+        v = (cfg.get("loadgen") or {}).get("concurrency")
+        return int(v) if v else None
+    except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+        return None
+
+
+def _row(r: dict[str, Any], item: SuiteItem, c: int, t0: int) -> dict[str, Any]:
+    md = r.get("metadata") or {}
+    m = r.get("metrics") or {}
+    err = r.get("error")
+    rate = _metric(m, "spec_decode_draft_acceptance_rate")
+    n_out = _metric(m, "output_token_count")
+    if n_out is None:
+        n_out = _metric(m, "output_sequence_length")
+    start = (int(md.get("request_start_ns") or t0) - t0) * 1e-9
+    end = (int(md.get("request_end_ns") or md.get("request_start_ns") or t0) - t0) * 1e-9
+    acc_len = _metric(m, "spec_decode_acceptance_length")
+    return {
+        "id": item.id,
+        "source": item.source,
+        "cluster": item.cluster,
+        "weight": item.weight,
+        "concurrency": c,
+        "api": "aiperf",
+        "n_prompt_tokens": item.n_prompt_tokens,
+        "max_tokens": item.max_tokens,
+        "start": start,
+        "end": end,
+        "ttft": None if err else _seconds(m, "time_to_first_token"),
+        "itl": [] if err else (_seconds(m, "inter_chunk_latency") or []),
+        "output_tokens": 0 if err else int(n_out or 0),
+        "output_tokens_counted": n_out is not None,
+        "finish_reason": None,
+        "error_kind": f"aiperf:{err.get('type', 'error')}"
+        if isinstance(err, dict)
+        else ("aiperf:error" if err else None),
+        "error": (err.get("message") if isinstance(err, dict) else str(err)) if err else None,
+        "spec_steps": _metric(m, "spec_decode_steps"),
+        "spec_accepted": _metric(m, "spec_decode_accepted_draft_tokens"),
+        "spec_drafted": _metric(m, "spec_decode_draft_tokens"),
+        "accept_length": None if err or acc_len is None else float(acc_len),
+        "accept_rate": None if err or rate is None else float(rate) / 100.0,
+        "spec_histogram": None,
+        "spec_origin": "aiperf" if acc_len is not None else None,
+    }

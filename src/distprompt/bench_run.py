@@ -1,0 +1,638 @@
+"""``distprompt bench``: replay a suite against a running server and record every request.
+
+The run goes concurrency level by level and, within a level, source by source: each
+(concurrency, source) *window* keeps up to ``c`` of that source's items in flight and ends when
+they are all answered. So a source's throughput at ``c`` is measured with only its own prompts in
+flight (as AIPerf's per-category runs do), and servers that keep only counters (vLLM without
+``--per-request-spec-decode-metrics``) are read before and after each window, which attributes
+their acceptance to the source.
+
+Every finished request is appended to ``RESULTS_DIR/.requests.jsonl.partial`` as it completes;
+at the end (or on Ctrl-C, marked incomplete) the file is renamed to ``requests.jsonl`` and
+``summary.json``, ``summary.md`` and ``summary.png`` are written. Nothing is retried: a retry
+would hide the failure and bias the latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from distprompt._io import atomic_write_lines
+from distprompt._version import __version__
+from distprompt.bench_protocol import (
+    APIS,
+    PATHS,
+    MalformedReply,
+    StreamReader,
+    build_body,
+    chat_eligible,
+    parse_counters,
+)
+from distprompt.errors import ConfigError, InputError, OutputError, ServerError
+from distprompt.records import SuiteItem
+
+__all__ = [
+    "ERROR_KINDS",
+    "REQUESTS_NAME",
+    "BenchInterrupted",
+    "BenchResults",
+    "bench",
+    "check_results_dir",
+    "source_shares",
+]
+
+log = logging.getLogger("distprompt.bench")
+
+REQUESTS_NAME = "requests.jsonl"
+SUMMARY_JSON = "summary.json"
+PARTIAL_NAME = ".requests.jsonl.partial"
+# What can go wrong with one request, each counted on its own.
+ERROR_KINDS = ("connect", "timeout", "http", "server_error", "malformed", "disconnect")
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    item: SuiteItem
+    concurrency: int
+
+
+class BenchResults:
+    """The requests of a bench run (one dict per request, as in ``requests.jsonl``) and its
+    metadata; the summary is computed from them on demand.
+
+    Example:
+        >>> res = bench("suite/", url="http://127.0.0.1:30000", api="sglang")  # doctest: +SKIP
+        >>> res.to_polars().group_by("source").agg(pl.col("accept_length").mean())  # doctest: +SKIP
+        >>> res.save("results/")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        requests: Sequence[dict[str, Any]],
+        meta: dict[str, Any],
+        windows: Sequence[dict[str, Any]] = (),
+    ) -> None:
+        self.requests: list[dict[str, Any]] = list(requests)
+        self.meta = meta
+        self.windows: list[dict[str, Any]] = list(windows)
+        self._summary: dict[str, Any] | None = None
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def __repr__(self) -> str:
+        state = "complete" if self.complete else "incomplete"
+        return f"BenchResults({len(self.requests)} requests, {self.meta.get('api')}, {state})"
+
+    @property
+    def complete(self) -> bool:
+        """False when the run was interrupted or stopped early (what finished is kept)."""
+        return bool(self.meta.get("complete", False))
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """The figures of ``summary.json`` (see :func:`distprompt.bench_stats.summarize`)."""
+        if self._summary is None:
+            from distprompt.bench_stats import summarize
+
+            self._summary = summarize(self.requests, self.windows, self.meta)
+        return self._summary
+
+    def to_polars(self) -> Any:
+        """One row per request (ITL and the spec histogram as list columns)."""
+        import polars as pl
+
+        return pl.DataFrame(self.requests, infer_schema_length=None)
+
+    def save(self, out: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+        """Write ``requests.jsonl`` (atomically), ``summary.json``, ``summary.md`` and the plot.
+
+        Raises:
+            OutputError: ``out`` holds files that are not a previous bench result, or holds a
+                result and ``overwrite`` is not set.
+        """
+        p = Path(out)
+        if not (p / PARTIAL_NAME).is_file():  # a run writing here has already checked
+            check_results_dir(p, overwrite=overwrite)
+        atomic_write_lines(p / REQUESTS_NAME, (orjson.dumps(r) for r in self.requests))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(p / PARTIAL_NAME)
+        self.write_summary(p)
+        return p
+
+    def write_summary(self, out: Path) -> None:
+        from distprompt.bench_report import write_summary_files
+
+        write_summary_files(out, self.summary, self.meta)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> BenchResults:
+        """Read a results folder written by :meth:`save` (or by an interrupted run).
+
+        Raises:
+            InputError: No bench result at ``path``.
+        """
+        p = Path(path)
+        req_path = p / REQUESTS_NAME
+        if not req_path.is_file() and (p / PARTIAL_NAME).is_file():
+            req_path = p / PARTIAL_NAME  # a run killed without clean-up (SIGKILL)
+        if not req_path.is_file() or not (p / SUMMARY_JSON).is_file():
+            raise InputError(
+                f"{p}: expected a bench results folder with {REQUESTS_NAME} and {SUMMARY_JSON}, "
+                "found none; pass the --out folder of a finished `distprompt bench`"
+            )
+        summary = orjson.loads((p / SUMMARY_JSON).read_bytes())
+        requests = []
+        with open(req_path, "rb") as fh:
+            for n, line in enumerate(fh, 1):
+                if line.strip():
+                    try:
+                        requests.append(orjson.loads(line))
+                    except orjson.JSONDecodeError as exc:
+                        raise InputError(
+                            f"{req_path}:{n}: expected a JSON request record, found {exc}; "
+                            "the file was cut short — run the benchmark again"
+                        ) from exc
+        return cls(requests, summary.get("meta", {}), summary.get("windows", []))
+
+
+def check_results_dir(out: Path, *, overwrite: bool) -> None:
+    """Refuse a results folder that holds something else, before any request is sent.
+
+    Raises:
+        OutputError: ``out`` is a file; holds files but no previous result; holds a previous
+            result and ``overwrite`` is not set.
+    """
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"{out}: expected a results folder, found a file; choose another --out")
+    if out.is_dir() and any(out.iterdir()):
+        ours = (out / SUMMARY_JSON).is_file() or (out / REQUESTS_NAME).is_file()
+        if not ours:
+            raise OutputError(
+                f"{out}: expected an empty or new results folder, found other files in it; "
+                "choose another --out"
+            )
+        if not overwrite:
+            raise OutputError(
+                f"{out}: expected an empty or new results folder, found a previous bench result; "
+                "pass --overwrite to replace it, or choose another --out"
+            )
+
+
+def _select(
+    items: Sequence[SuiteItem],
+    *,
+    api: str,
+    sources: Sequence[str] | None,
+    max_items: int | None,
+    allow_inexact: bool,
+) -> tuple[list[SuiteItem], dict[str, int]]:
+    known = sorted({it.source for it in items})
+    if sources:
+        unknown = sorted(set(sources) - set(known))
+        if unknown:
+            raise ConfigError(
+                f"--sources: expected sources of the suite ({', '.join(known)}), found "
+                f"{', '.join(unknown)}; check the spelling"
+            )
+    chosen: list[SuiteItem] = []
+    skipped: Counter[str] = Counter()
+    per_source: Counter[str] = Counter()
+    for it in items:
+        if sources and it.source not in sources:
+            continue
+        if api == "openai-chat":
+            why = chat_eligible(it, allow_inexact=allow_inexact)
+            if why is not None:
+                skipped[why] += 1
+                continue
+        if max_items is not None and per_source[it.source] >= max_items:
+            continue
+        per_source[it.source] += 1
+        chosen.append(it)
+    return chosen, dict(sorted(skipped.items()))
+
+
+def source_shares(manifest: dict[str, Any], sources: Sequence[str]) -> dict[str, float]:
+    """Each benchmarked source's share of the corpus rows (renormalised over them)."""
+    rows = {s: float((manifest.get("sources", {}).get(s) or {}).get("rows", 0)) for s in sources}
+    total = sum(rows.values())
+    if total <= 0:  # a suite without row counts: equal shares, said in the summary
+        return {s: 1.0 / len(sources) for s in sources} if sources else {}
+    return {s: rows[s] / total for s in sorted(sources)}
+
+
+@dataclass
+class _Run:
+    """State of one run: the client, the clock, the partial file and the counters."""
+
+    client: Any
+    api: str
+    model: str | None
+    ignore_eos: bool
+    temperature: float
+    timeout: float
+    fh: IO[bytes] | None
+    t0: float
+    records: list[dict[str, Any]] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+    first_error: dict[str, str] = field(default_factory=dict)
+    tick: Callable[[dict[str, Any]], None] | None = None
+
+    def add(self, rec: dict[str, Any]) -> None:
+        self.records.append(rec)
+        if rec["error_kind"]:
+            self.errors[rec["error_kind"]] += 1
+            self.first_error.setdefault(rec["error_kind"], rec["error"])
+        if self.fh is not None:
+            self.fh.write(orjson.dumps(rec) + b"\n")
+            self.fh.flush()
+        if self.tick is not None:
+            self.tick(rec)
+
+
+async def _request(run: _Run, job: _Job) -> dict[str, Any]:
+    import httpx
+    from httpx_sse import SSEError, aconnect_sse
+
+    it = job.item
+    body = build_body(
+        it, run.api, model=run.model, ignore_eos=run.ignore_eos, temperature=run.temperature
+    )
+    reader = StreamReader(run.api)
+    kind: str | None = None
+    msg: str | None = None
+    start = time.perf_counter()
+
+    async def go() -> None:
+        nonlocal kind, msg
+        async with aconnect_sse(run.client, "POST", PATHS[run.api], json=body) as es:
+            r = es.response
+            if r.status_code != 200:
+                text = (await r.aread()).decode("utf-8", "replace")[:300]
+                kind, msg = "http", f"HTTP {r.status_code}: {text}"
+                return
+            async for sse in es.aiter_sse():
+                t = time.perf_counter() - start
+                if sse.data.strip() == "[DONE]":
+                    reader.done()
+                    break
+                if sse.data.strip():
+                    reader.feed(sse.data, t)
+                    if reader.server_error is not None:
+                        break
+
+    try:
+        await asyncio.wait_for(go(), timeout=run.timeout)
+    except asyncio.TimeoutError:
+        kind, msg = "timeout", f"no complete reply within {run.timeout:g} s"
+    except httpx.TimeoutException as exc:
+        kind, msg = "timeout", f"{type(exc).__name__} after {run.timeout:g} s"
+    except httpx.ConnectError as exc:
+        kind, msg = "connect", f"cannot connect ({exc})"
+    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+        kind, msg = "disconnect", f"connection closed mid-reply ({type(exc).__name__}: {exc})"
+    except SSEError as exc:
+        kind, msg = "malformed", f"not an event stream ({exc})"
+    except MalformedReply as exc:
+        kind, msg = "malformed", str(exc)
+    end = time.perf_counter()
+    if kind is None and reader.server_error is not None:
+        kind, msg = "server_error", reader.server_error
+    if kind is None and not reader.finished:
+        kind, msg = "disconnect", "the stream ended before [DONE]"
+    spec = reader.spec.to_dict() if reader.spec is not None and kind is None else {}
+    return {
+        "id": it.id,
+        "source": it.source,
+        "cluster": it.cluster,
+        "weight": it.weight,
+        "concurrency": job.concurrency,
+        "api": run.api,
+        "n_prompt_tokens": it.n_prompt_tokens,
+        "max_tokens": it.max_tokens,
+        "start": start - run.t0,
+        "end": end - run.t0,
+        "ttft": reader.ttft if kind is None else None,
+        "itl": reader.itl if kind is None else [],
+        "output_tokens": reader.output_tokens if kind is None else 0,
+        "output_tokens_counted": reader.completion_tokens is not None,
+        "finish_reason": reader.finish_reason,
+        "error_kind": kind,
+        "error": msg,
+        "spec_steps": spec.get("spec_steps"),
+        "spec_accepted": spec.get("spec_accepted"),
+        "spec_drafted": spec.get("spec_drafted"),
+        "accept_length": spec.get("accept_length"),
+        "accept_rate": spec.get("accept_rate"),
+        "spec_histogram": spec.get("spec_histogram"),
+        "spec_origin": spec.get("spec_origin"),
+    }
+
+
+async def _window(run: _Run, jobs: Sequence[_Job], concurrency: int) -> None:
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(job: _Job) -> None:
+        async with sem:
+            run.add(await _request(run, job))
+
+    await asyncio.gather(*(one(j) for j in jobs))
+
+
+async def _get(client: Any, path: str) -> tuple[int, str] | None:
+    import httpx
+
+    try:
+        r = await client.get(path)
+    except httpx.HTTPError:
+        return None
+    return r.status_code, r.text
+
+
+async def _preflight(client: Any, url: str, api: str, model: str | None) -> str | None:
+    """Check something answers at ``url`` and find the model name for OpenAI APIs."""
+    import httpx
+
+    try:
+        r = await client.get("/health")
+    except httpx.HTTPError as exc:
+        raise ServerError(
+            f"{url}: expected a {api} server, found {type(exc).__name__} ({exc}); start the "
+            "server, wait until it is ready, or fix --url"
+        ) from exc
+    log.info("GET /health -> %s", r.status_code)
+    if api == "sglang" or model:
+        return model
+    got = await _get(client, "/v1/models")
+    if got is not None and got[0] == 200:
+        with contextlib.suppress(orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+            return str(orjson.loads(got[1])["data"][0]["id"])
+    log.warning("GET /v1/models gave no model name; requests go without 'model' (pass --model)")
+    return None
+
+
+async def _counters(client: Any) -> dict[str, Any] | None:
+    got = await _get(client, "/metrics")
+    if got is None or got[0] != 200:
+        return None
+    try:
+        c = parse_counters(got[1])
+    except ValueError:
+        return None
+    return c if "drafts" in c else None
+
+
+def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        k: after.get(k, 0.0) - before.get(k, 0.0)
+        for k in ("drafts", "draft_tokens", "accepted_tokens")
+    }
+    pa, pb = after.get("per_pos", []), before.get("per_pos", [])
+    out["per_pos"] = [a - (pb[i] if i < len(pb) else 0.0) for i, a in enumerate(pa)]
+    return out
+
+
+async def _run_all(
+    run: _Run,
+    url: str,
+    items: Sequence[SuiteItem],
+    levels: Sequence[int],
+    windows: list[dict[str, Any]],
+    meta: dict[str, Any],
+) -> None:
+    run.model = await _preflight(run.client, url, run.api, run.model)
+    meta["model"] = run.model
+    use_counters = await _counters(run.client) is not None
+    meta["spec_counters"] = use_counters
+    sources = sorted({it.source for it in items})
+    for c in levels:
+        for src in sources:
+            jobs = [_Job(it, c) for it in items if it.source == src]
+            before = await _counters(run.client) if use_counters else None
+            n0 = len(run.records)
+            await _window(run, jobs, c)
+            new = run.records[n0:]
+            if before is not None:
+                after = await _counters(run.client)
+                if after is not None:
+                    windows.append({"source": src, "concurrency": c, **_delta(before, after)})
+            if new and all(r["error_kind"] == "connect" for r in new):
+                meta["stopped"] = f"server unreachable during concurrency {c}, source {src}"
+                return
+
+
+def _levels(concurrency: Sequence[int]) -> list[int]:
+    levels = list(dict.fromkeys(int(c) for c in concurrency))
+    if not levels or any(c < 1 for c in levels):
+        raise ConfigError(
+            f"--concurrency: expected positive integers such as 1,4,16,64, found {concurrency}"
+        )
+    return levels
+
+
+def bench(
+    suite: str | os.PathLike[str],
+    *,
+    url: str,
+    api: str,
+    out: str | os.PathLike[str] | None = None,
+    concurrency: Sequence[int] = (1, 4, 16, 64),
+    label: str | None = None,
+    sources: Sequence[str] | None = None,
+    max_items: int | None = None,
+    timeout: float = 600.0,
+    ignore_eos: bool = False,
+    temperature: float = 0.0,
+    model: str | None = None,
+    allow_inexact: bool = False,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> BenchResults:
+    """Replay a suite against a server and measure speed and speculative acceptance.
+
+    Args:
+        suite: Suite folder written by ``distprompt export`` (read with :meth:`Suite.load`).
+        url: Server base URL, e.g. ``http://127.0.0.1:30000``.
+        api: ``sglang`` (native ``/generate`` with the prompt ids), ``vllm`` (``/v1/completions``
+            with the prompt ids) or ``openai-chat`` (``/v1/chat/completions`` with the messages,
+            only items whose chat turns re-render to the exact ids).
+        out: Results folder; requests are appended to it as they finish. None keeps them in
+            memory only.
+        concurrency: Levels to run, each for every source.
+        label: Name of the run in summaries and comparisons (default: ``api``).
+        sources: Only these sources.
+        max_items: At most this many items per source (suite order).
+        timeout: Seconds a request may take from send to its last event.
+        ignore_eos: Generate exactly ``max_tokens`` (past EOS); off by default (see docs).
+        temperature: Sampling temperature sent with every request.
+        model: Model name for the OpenAI APIs (default: the first of ``/v1/models``).
+        allow_inexact: ``openai-chat`` also sends items of fidelity ``text``.
+        overwrite: Replace a previous result in ``out``.
+        progress: Progress bar on stderr with the live output throughput.
+
+    Returns:
+        The results; ``.complete`` is False when interrupted or stopped early.
+
+    Raises:
+        ConfigError: Bad options. ServerError: nothing answers at ``url``.
+        InputError: No suite at ``suite``. OutputError: ``out`` cannot be used.
+
+    Example:
+        >>> res = bench("suite/", url="http://127.0.0.1:8000", api="vllm",
+        ...             out="results/", concurrency=[1, 8])  # doctest: +SKIP
+        >>> res.summary["corpus"][0]["accept_length"]  # doctest: +SKIP
+    """
+    from distprompt.suite import Suite
+
+    if api not in APIS:
+        raise ConfigError(f"--api: expected one of {', '.join(APIS)}, found {api!r}")
+    if timeout <= 0:
+        raise ConfigError(f"--timeout: expected a positive number of seconds, found {timeout}")
+    levels = _levels(concurrency)
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"--url: expected http://HOST:PORT, found {url!r}")
+    out_path = Path(out) if out is not None else None
+    if out_path is not None:
+        check_results_dir(out_path, overwrite=overwrite)
+    s = Suite.load(suite)
+    items, skipped = _select(
+        s.items, api=api, sources=sources, max_items=max_items, allow_inexact=allow_inexact
+    )
+    if not items:
+        raise ConfigError(
+            f"{suite}: expected items to send with --api {api}, found none"
+            + (f" (skipped: {skipped})" if skipped else "")
+            + "; check --sources, or use --api sglang/vllm which send the prompt ids"
+        )
+    if skipped:
+        log.warning(
+            "openai-chat sends only items whose chat turns re-render to the exact prompt ids: "
+            "skipped %s (use --api sglang or vllm to send every item as token ids)",
+            ", ".join(f"{v} ({k})" for k, v in skipped.items()),
+        )
+    srcs = sorted({it.source for it in items})
+    meta: dict[str, Any] = {
+        "label": label or api,
+        "api": api,
+        "url": url,
+        "suite": str(suite),
+        "suite_items": len(s.items),
+        "items": len(items),
+        "sources": srcs,
+        "shares": source_shares(s.manifest, srcs),
+        "shares_from": "manifest rows"
+        if any((s.manifest.get("sources", {}).get(x) or {}).get("rows") for x in srcs)
+        else "equal (manifest has no row counts)",
+        "concurrency": levels,
+        "ignore_eos": ignore_eos,
+        "temperature": temperature,
+        "timeout": timeout,
+        "skipped": skipped,
+        "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "distprompt": __version__,
+        "complete": False,
+    }
+    windows: list[dict[str, Any]] = []
+    fh: IO[bytes] | None = None
+    created = False
+    if out_path is not None:
+        created = not out_path.exists()
+        out_path.mkdir(parents=True, exist_ok=True)
+        fh = open(out_path / PARTIAL_NAME, "wb")  # noqa: SIM115 - closed in the finally below
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(items) * len(levels), unit="req", desc="bench", leave=True)
+    run = _Run(
+        client=None,
+        api=api,
+        model=model,
+        ignore_eos=ignore_eos,
+        temperature=temperature,
+        timeout=timeout,
+        fh=fh,
+        t0=time.perf_counter(),
+    )
+    if bar is not None:
+        run.tick = _ticker(bar, run)
+
+    async def main() -> None:
+        import httpx
+
+        limits = httpx.Limits(
+            max_connections=max(levels) + 4, max_keepalive_connections=max(levels)
+        )
+        async with httpx.AsyncClient(
+            base_url=url, timeout=httpx.Timeout(timeout, connect=min(timeout, 30.0)), limits=limits
+        ) as client:
+            run.client = client
+            await _run_all(run, url, items, levels, windows, meta)
+
+    interrupted: BaseException | None = None
+    try:
+        asyncio.run(main())
+        meta["complete"] = "stopped" not in meta
+    except KeyboardInterrupt as exc:
+        interrupted = exc
+        meta["stopped"] = "interrupted"
+    except BaseException:
+        # Nothing measured worth keeping (the server is down, a bad option): leave no partial.
+        if fh is not None:
+            fh.close()
+            with contextlib.suppress(OSError):
+                os.unlink(out_path / PARTIAL_NAME)  # type: ignore[operator]
+            if created:
+                with contextlib.suppress(OSError):
+                    out_path.rmdir()  # type: ignore[union-attr]
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+        if fh is not None:
+            fh.close()
+        meta["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        meta["errors"] = dict(sorted(run.errors.items()))
+        meta["first_error"] = dict(sorted(run.first_error.items()))
+    res = BenchResults(run.records, meta, windows)
+    if out_path is not None:
+        res.save(out_path, overwrite=True)
+    if interrupted is not None:
+        raise BenchInterrupted(res) from interrupted
+    return res
+
+
+class BenchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`bench`: ``.results`` holds what finished (saved, marked incomplete)."""
+
+    def __init__(self, results: BenchResults) -> None:
+        super().__init__("interrupted")
+        self.results = results
+
+
+def _ticker(bar: Any, run: _Run) -> Callable[[dict[str, Any]], None]:
+    recent: list[tuple[float, int]] = []
+
+    def tick(rec: dict[str, Any]) -> None:
+        recent.append((rec["end"], rec["output_tokens"]))
+        del recent[:-64]
+        span = recent[-1][0] - recent[0][0] if len(recent) > 1 else 0.0
+        tok_s = sum(n for _, n in recent[1:]) / span if span > 0 else 0.0
+        errs = sum(run.errors.values())
+        bar.set_postfix_str(f"c={rec['concurrency']} {rec['source']} {tok_s:,.0f} tok/s err={errs}")
+        bar.update(1)
+
+    return tick

@@ -1,0 +1,593 @@
+"""bench: what is sent to each API, and that the reported figures are the server's.
+
+Every run goes against :class:`bench_server.FakeServer` (127.0.0.1, in-process), which checks
+the requests and logs the figures it produced; tests compare distprompt's records and summary
+with that log and with computations done here by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from distprompt import BenchResults, Suite, SuiteItem, bench, bench_compare, import_aiperf
+from distprompt.bench_stats import corpus_estimate
+from distprompt.cli import main
+from distprompt.errors import ConfigError, OutputError, ServerError
+from distprompt.records import Provenance
+
+from bench_server import NUM_DRAFT, Behaviour, FakeServer
+from conftest import REPO_ROOT
+
+ROWS = {"glaive": 900, "sweagent": 300}
+ACCEPT = {"glaive": 3.0, "sweagent": 1.5}
+
+
+def make_suite(root: Path, sizes: dict[str, int] | None = None, *, seed: int = 0) -> Path:
+    """A suite folder with known sources, weights, clusters and fidelities (no tokenizer)."""
+    sizes = sizes or {"glaive": 6, "sweagent": 4}
+    rng = random.Random(seed)
+    items = []
+    for src, n in sorted(sizes.items()):
+        raw = [rng.uniform(0.5, 2.0) for _ in range(n)]
+        for i in range(n):
+            ids = tuple(rng.randrange(10, 150000) for _ in range(rng.randint(5, 40)))
+            fidelity = "tokens"
+            if src == "glaive" and i == 1:
+                fidelity = "text"
+            if src == "glaive" and i == 2:
+                fidelity = "lossy"
+            items.append(
+                SuiteItem(
+                    id=f"{src}-{i:03d}",
+                    source=src,
+                    prompt=f"prompt {src} {i}",
+                    n_prompt_tokens=len(ids),
+                    n_response_tokens=20,
+                    max_tokens=rng.randint(8, 40),
+                    cluster=i % 2,
+                    cluster_size=3,
+                    weight=raw[i] / sum(raw),
+                    provenance=Provenance(f"{src}/tokenized_data.jsonl", i + 1, 100 * i),
+                    prompt_ids=ids,
+                    messages=(
+                        {"role": "system", "content": "You are helpful."},
+                        {"role": "user", "content": f"question {i} about {src}"},
+                    ),
+                    tools=({"type": "function", "function": {"name": "f"}},) if i == 0 else None,
+                    fidelity=fidelity,
+                    chat_template_kwargs={"enable_thinking": False} if i == 3 else None,
+                )
+            )
+    manifest = {"sources": {s: {"rows": ROWS.get(s, 100)} for s in sizes}}
+    out = root / "suite"
+    Suite(items, manifest).save(out, formats=())
+    return out
+
+
+@pytest.fixture
+def suite_dir(tmp_path: Path) -> Path:
+    return make_suite(tmp_path)
+
+
+def _by_key(log: list[Any]) -> dict[str, Any]:
+    return {p.item_id: p for p in log}
+
+
+def _hand_estimate(
+    records: list[dict[str, Any]], fig: str, shares: dict[str, float], c: int
+) -> tuple[float, float, float]:
+    """The corpus estimate and its interval, computed here from the documented procedure."""
+    per: dict[str, list[tuple[float, float]]] = {}
+    for r in records:
+        if r["concurrency"] == c and r["error_kind"] is None:
+            per.setdefault(r["source"], []).append((r[fig], r["weight"]))
+    tot = sum(shares[s] for s in per)
+    point = 0.0
+    for s, vw in per.items():
+        v = np.array([x for x, _ in vw])
+        w = np.array([y for _, y in vw])
+        point += shares[s] / tot * (v * w).sum() / w.sum()
+    rng = np.random.default_rng(0)
+    boot = np.zeros(2000)
+    for s in sorted(per):
+        v = np.array([x for x, _ in per[s]])
+        w = np.array([y for _, y in per[s]])
+        idx = rng.integers(0, len(v), size=(2000, len(v)))
+        boot += shares[s] / tot * (v[idx] * w[idx]).sum(axis=1) / w[idx].sum(axis=1)
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return point, float(lo), float(hi)
+
+
+def test_sglang_sends_exact_ids_and_reports_the_servers_figures(
+    suite_dir: Path, tmp_path: Path
+) -> None:
+    items = Suite.load(suite_dir).items
+    with FakeServer(items, Behaviour(accept=ACCEPT)) as srv:
+        res = bench(suite_dir, url=srv.url, api="sglang", out=tmp_path / "r", concurrency=[1, 3])
+    assert srv.problems == []
+    assert res.complete and len(res) == 2 * len(items) == len(srv.log)
+    for p in srv.log:
+        sp = p.body["sampling_params"]
+        assert sp["ignore_eos"] is False and sp["temperature"] == 0.0
+    produced = {}
+    for p in srv.log:
+        produced.setdefault(p.item_id, p)
+    for r in res.requests:
+        p = produced[r["id"]]
+        assert r["error_kind"] is None
+        assert r["output_tokens"] == p.n and r["output_tokens_counted"]
+        assert r["spec_steps"] == p.steps
+        assert r["spec_accepted"] == p.accepted and r["spec_drafted"] == p.drafted
+        assert r["accept_length"] == pytest.approx(p.n / p.steps)
+        assert r["accept_rate"] == pytest.approx(p.accepted / p.drafted)
+        assert r["spec_histogram"] == p.histogram
+        assert r["spec_origin"] == "sglang.meta_info"
+        assert len(r["itl"]) == p.chunks - 1 and r["ttft"] is not None
+        assert r["finish_reason"] == "stop"
+    s = res.summary
+    shares = {k: v / sum(ROWS.values()) for k, v in ROWS.items()}
+    assert res.meta["shares"] == pytest.approx(shares)
+    for c in (1, 3):
+        row = {r["source"]: r for r in s["by_source"] if r["concurrency"] == c}
+        for src in ROWS:
+            rs = [r for r in res.requests if r["source"] == src and r["concurrency"] == c]
+            w = sum(r["weight"] for r in rs)
+            want = sum(r["weight"] * produced[r["id"]].n / produced[r["id"]].steps for r in rs)
+            assert row[src]["accept_length"] == pytest.approx(want / w)
+            assert row[src]["output_tokens"] == sum(produced[r["id"]].n for r in rs)
+        corpus = next(e for e in s["corpus"] if e["concurrency"] == c)
+        for fig in ("accept_length", "accept_rate"):
+            point, lo, hi = _hand_estimate(res.requests, fig, shares, c)
+            assert corpus[fig]["estimate"] == pytest.approx(point)
+            assert corpus[fig]["ci_low"] == pytest.approx(lo)
+            assert corpus[fig]["ci_high"] == pytest.approx(hi)
+            assert lo <= point <= hi
+    # files: complete, and a reload gives the same records and summary
+    out = tmp_path / "r"
+    assert {p.name for p in out.iterdir()} == {
+        "requests.jsonl",
+        "summary.json",
+        "summary.md",
+        "summary.png",
+    }
+    lines = (out / "requests.jsonl").read_text().splitlines()
+    assert len(lines) == len(res)
+    back = BenchResults.load(out)
+    assert back.requests == res.requests and back.complete
+    assert back.summary["corpus"] == json.loads((out / "summary.json").read_text())["corpus"]
+    md = (out / "summary.md").read_text()
+    assert "Corpus-weighted estimate" in md and "glaive" in md
+    df = res.to_polars()
+    assert df.height == len(res) and "accept_length" in df.columns
+
+
+def test_corpus_interval_collapses_when_every_request_agrees() -> None:
+    est = corpus_estimate(
+        {"a": ([2.0, 2.0, 2.0], [0.2, 0.3, 0.5]), "b": ([4.0, 4.0], [0.5, 0.5])},
+        {"a": 3.0, "b": 1.0},
+    )
+    assert est is not None
+    assert est["estimate"] == pytest.approx(0.75 * 2.0 + 0.25 * 4.0)
+    assert est["ci_low"] == pytest.approx(2.5) and est["ci_high"] == pytest.approx(2.5)
+
+
+def test_vllm_per_request_metrics_and_ignore_eos(suite_dir: Path, tmp_path: Path) -> None:
+    items = Suite.load(suite_dir).items
+    with FakeServer(items, Behaviour(accept=ACCEPT)) as srv:
+        res = bench(
+            suite_dir,
+            url=srv.url,
+            api="vllm",
+            out=tmp_path / "r",
+            concurrency=[2],
+            ignore_eos=True,
+            max_items=3,
+        )
+    assert srv.problems == []
+    assert len(res) == 6 and res.meta["model"] == "fake-model"
+    produced = _by_key(srv.log)
+    by_id = {it.id: it for it in items}
+    for r in res.requests:
+        p = produced[r["id"]]
+        assert p.body["prompt"] == list(by_id[r["id"]].prompt_ids)
+        assert p.body["ignore_eos"] is True and p.body["model"] == "fake-model"
+        assert r["output_tokens"] == by_id[r["id"]].max_tokens == p.n
+        assert r["accept_length"] == pytest.approx(1 + p.accepted / p.steps)
+        assert r["accept_rate"] == pytest.approx(p.accepted / p.drafted)
+        assert r["spec_origin"] == "vllm.metrics" and r["finish_reason"] == "length"
+    assert res.meta["spec_counters"] is False and res.windows == []
+
+
+def test_vllm_counters_are_read_per_source_window(suite_dir: Path, tmp_path: Path) -> None:
+    items = Suite.load(suite_dir).items
+    with FakeServer(items, Behaviour(accept=ACCEPT, per_request_metrics=False)) as srv:
+        res = bench(suite_dir, url=srv.url, api="vllm", concurrency=[1, 4])
+    assert srv.problems == [] and res.meta["spec_counters"] is True
+    assert all(r["accept_length"] is None for r in res.requests)
+    assert len(res.windows) == 4
+    for w in res.windows:
+        ps = [p for p in srv.log if p.item_id.startswith(w["source"])]
+        ps = ps[: len(ps) // 2] if w["concurrency"] == 1 else ps[len(ps) // 2 :]
+        assert w["drafts"] == sum(p.steps for p in ps)
+        assert w["accepted_tokens"] == sum(p.accepted for p in ps)
+        assert sum(w["per_pos"]) == w["accepted_tokens"]
+    s = res.summary
+    shares = {k: v / sum(ROWS.values()) for k, v in ROWS.items()}
+    for c in (1, 4):
+        rows = {r["source"]: r for r in s["by_source"] if r["concurrency"] == c}
+        for src, row in rows.items():
+            w = next(x for x in res.windows if x["source"] == src and x["concurrency"] == c)
+            assert row["spec_from"] == "counters"
+            assert row["accept_length"] == pytest.approx(1 + w["accepted_tokens"] / w["drafts"])
+            assert row["accept_rate"] == pytest.approx(
+                w["accepted_tokens"] / (NUM_DRAFT * w["drafts"])
+            )
+        corpus = next(e for e in s["corpus"] if e["concurrency"] == c)
+        want = sum(shares[src] * rows[src]["accept_length"] for src in rows)
+        assert corpus["accept_length"]["estimate"] == pytest.approx(want)
+        assert corpus["accept_length"]["ci_low"] is None
+
+
+def test_openai_chat_sends_messages_only_for_exact_items(suite_dir: Path) -> None:
+    items = Suite.load(suite_dir).items
+    with FakeServer(items, Behaviour(accept=ACCEPT)) as srv:
+        res = bench(suite_dir, url=srv.url, api="openai-chat", concurrency=[2], model="m")
+        inexact = bench(
+            suite_dir,
+            url=srv.url,
+            api="openai-chat",
+            concurrency=[1],
+            allow_inexact=True,
+            sources=["glaive"],
+        )
+    assert srv.problems == []
+    assert res.meta["skipped"] == {"fidelity lossy": 1, "fidelity text": 1}
+    assert len(res) == len(items) - 2
+    assert {r["id"] for r in inexact.requests} == {
+        it.id for it in items if it.source == "glaive" and it.fidelity != "lossy"
+    }
+    assert all("ignore_eos" not in p.body for p in srv.log)  # off: not sent at all
+    sent = [p.body for p in srv.log if p.item_id == "glaive-000"]
+    assert sent[0]["tools"] == [{"type": "function", "function": {"name": "f"}}]
+    assert sent[0]["model"] == "m"
+    assert any(p.body.get("chat_template_kwargs") == {"enable_thinking": False} for p in srv.log)
+    for r in res.requests:
+        assert r["error_kind"] is None and r["spec_origin"] == "vllm.metrics"
+
+
+def test_faults_are_counted_by_kind_and_never_retried(suite_dir: Path, tmp_path: Path) -> None:
+    items = Suite.load(suite_dir).items
+    faults = {
+        "glaive-000": "http500",
+        "glaive-001": "disconnect",
+        "glaive-002": "malformed",
+        "glaive-003": "error_event",
+        "glaive-004": "slow",
+    }
+    with FakeServer(items, Behaviour(accept=ACCEPT, faults=faults)) as srv:
+        res = bench(
+            suite_dir,
+            url=srv.url,
+            api="sglang",
+            out=tmp_path / "r",
+            concurrency=[4],
+            timeout=5,
+        )
+    kinds = {r["id"]: r["error_kind"] for r in res.requests}
+    assert kinds["glaive-000"] == "http" and kinds["glaive-001"] == "disconnect"
+    assert kinds["glaive-002"] == "malformed" and kinds["glaive-003"] == "server_error"
+    assert kinds["glaive-004"] == "timeout"
+    assert sum(k is None for k in kinds.values()) == len(items) - 5
+    assert len(srv.log) == len(items)  # one request an item: nothing was retried
+    assert res.meta["errors"] == {
+        "disconnect": 1,
+        "http": 1,
+        "malformed": 1,
+        "server_error": 1,
+        "timeout": 1,
+    }
+    assert "engine crashed" in res.meta["first_error"]["http"]
+    assert "out of memory" in res.meta["first_error"]["server_error"]
+    assert res.complete  # failures are figures, not a stop
+    md = (tmp_path / "r" / "summary.md").read_text()
+    assert "Errors by kind: disconnect 1, http 1, malformed 1, server_error 1, timeout 1" in md
+    glaive = next(r for r in res.summary["by_source"] if r["source"] == "glaive")
+    assert glaive["ok"] == 1 and glaive["accept_length_n"] == 1
+
+
+def test_server_down_is_a_clear_error_and_leaves_nothing(suite_dir: Path, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ServerError, match=r"expected a sglang server, found .*start the server"):
+        bench(suite_dir, url=f"http://127.0.0.1:{port}", api="sglang", out=tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+
+
+def _cli_bench(suite_dir: Path, url: str, out: Path, *extra: str) -> int:
+    return main(["bench", str(suite_dir), "--url", url, "--api", "sglang", "--out", str(out),
+                 *extra])  # fmt: skip
+
+
+def test_server_going_away_stops_the_run_and_keeps_what_finished(
+    suite_dir: Path, tmp_path: Path
+) -> None:
+    items = Suite.load(suite_dir).items
+    with FakeServer(items, Behaviour(accept=ACCEPT, close_after=6)) as srv:
+        rc = _cli_bench(suite_dir, srv.url, tmp_path / "r", "--concurrency", "1,4")
+    assert rc == 2
+    res = BenchResults.load(tmp_path / "r")
+    assert not res.complete
+    assert res.meta["stopped"] == "server unreachable during concurrency 1, source sweagent"
+    assert [r["error_kind"] for r in res.requests] == [None] * 6 + ["connect"] * 4
+    assert res.meta["errors"] == {"connect": 4}
+
+
+def test_bad_options_and_occupied_out(suite_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--api"):
+        bench(suite_dir, url="http://127.0.0.1:1", api="tgi")
+    with pytest.raises(ConfigError, match="--sources: expected sources of the suite"):
+        bench(suite_dir, url="http://127.0.0.1:1", api="sglang", sources=["nope"])
+    with pytest.raises(ConfigError, match="--concurrency"):
+        bench(suite_dir, url="http://127.0.0.1:1", api="sglang", concurrency=[0])
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(OutputError, match="other files"):
+        bench(suite_dir, url="http://127.0.0.1:1", api="sglang", out=other)
+    assert (other / "notes.txt").read_text() == "mine"
+
+
+def test_ctrl_c_keeps_finished_requests_marked_incomplete(tmp_path: Path) -> None:
+    suite_dir = make_suite(tmp_path, {"glaive": 30, "sweagent": 30})
+    items = Suite.load(suite_dir).items
+    out = tmp_path / "r"
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src"))
+    with FakeServer(items, Behaviour(accept=ACCEPT, step_delay=0.02)) as srv:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "distprompt",
+                "bench",
+                str(suite_dir),
+                "--url",
+                srv.url,
+                "--api",
+                "sglang",
+                "--out",
+                str(out),
+                "--concurrency",
+                "1",
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        partial = out / ".requests.jsonl.partial"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if partial.is_file() and len(partial.read_text().splitlines()) >= 3:
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted: stopped; kept the" in err and "marked incomplete" in err
+    assert not partial.exists()
+    res = BenchResults.load(out)
+    assert not res.complete and res.meta["stopped"] == "interrupted"
+    assert 3 <= len(res) < len(items)
+    assert json.loads((out / "summary.json").read_text())["meta"]["complete"] is False
+    assert "INCOMPLETE (interrupted)" in (out / "summary.md").read_text()
+
+
+def _synthetic(label: str, tok_s: dict[tuple[str, int], float]) -> BenchResults:
+    """Windows of 4 requests, 1 s each, back to back: tok/s known exactly."""
+    reqs = []
+    for (src, c), rate in sorted(tok_s.items()):
+        for i in range(4):
+            reqs.append(
+                {
+                    "id": f"{src}-{i}",
+                    "source": src,
+                    "cluster": 0,
+                    "weight": 0.25,
+                    "concurrency": c,
+                    "start": float(i),
+                    "end": float(i + 1),
+                    "ttft": 0.1,
+                    "itl": [],
+                    "output_tokens": int(rate),
+                    "error_kind": None,
+                    "accept_length": None,
+                    "accept_rate": None,
+                }
+            )
+    return BenchResults(reqs, {"label": label, "shares": {"glaive": 0.75, "sweagent": 0.25}})
+
+
+def test_compare_speedup_and_where_it_stops_paying() -> None:
+    a = _synthetic(
+        "eagle3",
+        {("glaive", 1): 300, ("sweagent", 1): 150, ("glaive", 16): 90, ("sweagent", 16): 80},
+    )
+    b = _synthetic(
+        "base",
+        {("glaive", 1): 100, ("sweagent", 1): 100, ("glaive", 16): 100, ("sweagent", 16): 100},
+    )
+    cmp = bench_compare(a, b)
+    rows = {(r["source"], r["concurrency"]): r for r in cmp["rows"]}
+    assert rows[("glaive", 1)]["speedup"] == pytest.approx(3.0)
+    assert rows[("sweagent", 16)]["speedup"] == pytest.approx(0.8)
+    # every request of a window is alike: the intervals collapse onto the point
+    assert rows[("glaive", 1)]["ci_low"] == pytest.approx(3.0)
+    corpus = {c["concurrency"]: c for c in cmp["corpus"]}
+    assert corpus[1]["speedup"] == pytest.approx(0.75 * 3.0 + 0.25 * 1.5)
+    assert corpus[16]["speedup"] == pytest.approx(0.75 * 0.9 + 0.25 * 0.8)
+    assert cmp["stops_paying"]["corpus"] == {"concurrency": 16, "certain": True}
+    assert cmp["stops_paying"]["glaive"]["concurrency"] == 16
+
+
+def test_cli_bench_compare_and_import(suite_dir: Path, tmp_path: Path, capsys: Any) -> None:
+    items = Suite.load(suite_dir).items
+    a, b = tmp_path / "a", tmp_path / "b"
+    with FakeServer(items, Behaviour(accept=ACCEPT)) as srv:
+        assert _cli_bench(suite_dir, srv.url, a, "--concurrency", "1,2", "--label", "eagle3") == 0
+        # occupied without --overwrite
+        assert _cli_bench(suite_dir, srv.url, a, "--concurrency", "1") == 2
+    with FakeServer(items, Behaviour(accept=ACCEPT, spec=False)) as srv:
+        assert _cli_bench(suite_dir, srv.url, b, "--concurrency", "1,2", "--label", "base") == 0
+    err = capsys.readouterr().err
+    assert "wrote 20 requests" in err and "Corpus-weighted estimate" in err
+    assert main(["bench-compare", str(tmp_path / "a"), "--baseline", str(tmp_path / "b")]) == 0
+    text = capsys.readouterr().out
+    assert "# eagle3 vs base" in text and "stops paying" in text
+    assert main(["bench-compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"]) == 0
+    cmp = json.loads(capsys.readouterr().out)
+    assert {r["concurrency"] for r in cmp["rows"]} == {1, 2}
+    run = _aiperf_run(tmp_path / "aiperf", items)
+    assert (
+        main(
+            [
+                "bench-import",
+                str(run),
+                "--suite",
+                str(suite_dir),
+                "--out",
+                str(tmp_path / "imp"),
+                "--concurrency",
+                "8",
+            ]
+        )
+        == 0
+    )
+    assert "records not joined" in capsys.readouterr().err
+    assert BenchResults.load(tmp_path / "imp").meta["concurrency"] == [8]
+
+
+def _aiperf_run(root: Path, items: Any) -> Path:
+    """An AIPerf artifact folder in the documented shapes: a multi-turn session named by the
+    item id, a single-turn request found through inputs.json, an unknown one and a failure."""
+    root.mkdir(parents=True)
+    it0, it1, it2 = items[0], items[4], items[6]
+
+    def rec(
+        cid: str, turn: int, start: int, metrics: dict[str, Any] | None, error: Any = None
+    ) -> dict[str, Any]:
+        return {
+            "metadata": {
+                "session_num": 0,
+                "x_request_id": "r",
+                "x_correlation_id": "c",
+                "conversation_id": cid,
+                "turn_index": turn,
+                "request_start_ns": start,
+                "request_ack_ns": start + 1,
+                "request_end_ns": start + 2_000_000_000,
+                "worker_id": "w",
+                "record_processor_id": "p",
+                "benchmark_phase": "profiling",
+                "was_cancelled": False,
+                "cancellation_time_ns": None,
+            },
+            "metrics": metrics,
+            "error": error,
+        }
+
+    def m(ttft: float, n: int, acc: float | None) -> dict[str, Any]:
+        out = {
+            "time_to_first_token": {"value": ttft, "unit": "ms"},
+            "inter_chunk_latency": {"value": [5.0, 6.0], "unit": "ms"},
+            "output_token_count": {"value": n, "unit": "tokens"},
+        }
+        if acc is not None:
+            out.update(
+                {
+                    "spec_decode_acceptance_length": {"value": acc, "unit": "ratio"},
+                    "spec_decode_draft_acceptance_rate": {"value": 40.0, "unit": "%"},
+                    "spec_decode_steps": {"value": 10, "unit": "count"},
+                    "spec_decode_accepted_draft_tokens": {"value": 16, "unit": "tokens"},
+                    "spec_decode_draft_tokens": {"value": 40, "unit": "tokens"},
+                }
+            )
+        return out
+
+    t = 1_759_813_207_000_000_000
+    lines = [
+        rec(it0.id, 0, t, m(50.0, 7, None)),  # earlier turn of the session
+        rec(it0.id, 1, t + 10, m(40.0, 12, 2.6)),
+        rec("uuid-1", 0, t + 20, m(30.0, 9, 1.4)),
+        rec("uuid-2", 0, t + 30, m(30.0, 9, 1.4)),
+        rec(
+            "uuid-3",
+            0,
+            t + 40,
+            {"error_isl": {"value": 5, "unit": "tokens"}},
+            {"code": 500, "type": "HTTPError", "message": "boom"},
+        ),
+    ]
+    (root / "profile_export.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+    def msg(text: str) -> dict[str, Any]:
+        return {"messages": [{"role": "user", "content": text}], "max_tokens": 9}
+
+    inputs = {
+        "data": [
+            {"session_id": "uuid-1", "payloads": [msg(it1.messages[-1]["content"])]},
+            {"session_id": "uuid-2", "payloads": [msg("a prompt of another suite")]},
+            {"session_id": "uuid-3", "payloads": [msg(it2.messages[-1]["content"])]},
+        ]
+    }
+    (root / "inputs.json").write_text(json.dumps(inputs))
+    return root
+
+
+def test_aiperf_import_joins_records_to_items(suite_dir: Path, tmp_path: Path) -> None:
+    items = Suite.load(suite_dir).items
+    run = _aiperf_run(tmp_path / "aiperf", items)
+    res = import_aiperf(run, suite=suite_dir, out=tmp_path / "imp")
+    assert res.meta["unmatched"] == {"earlier turn of a session": 1, "text matches no item": 1}
+    by_id = {r["id"]: r for r in res.requests}
+    assert set(by_id) == {items[0].id, items[4].id, items[6].id}
+    r0 = by_id[items[0].id]
+    assert r0["source"] == items[0].source and r0["cluster"] == items[0].cluster
+    assert r0["accept_length"] == 2.6 and r0["accept_rate"] == pytest.approx(0.4)
+    assert r0["ttft"] == pytest.approx(0.040) and r0["itl"] == pytest.approx([0.005, 0.006])
+    assert r0["output_tokens"] == 12 and r0["spec_steps"] == 10
+    assert by_id[items[6].id]["error_kind"] == "aiperf:HTTPError"
+    assert res.summary["errors"] == {"aiperf:HTTPError": 1}
+    assert (tmp_path / "imp" / "summary.md").is_file()
+
+
+def test_sglang_reader_takes_older_field_names() -> None:
+    from distprompt.bench_protocol import StreamReader
+
+    r = StreamReader("sglang")
+    r.feed('{"text": "a", "meta_info": {"completion_tokens": 1, "finish_reason": null}}', 0.1)
+    r.feed(
+        '{"text": "abc", "meta_info": {"completion_tokens": 9, "spec_verify_ct": 3,'
+        ' "spec_accepted_drafts": 5, "spec_proposed_drafts": 9, "spec_accept_histogram": [1, 1, 1],'
+        ' "finish_reason": {"type": "length", "length": 9}}}',
+        0.3,
+    )
+    r.done()
+    assert r.spec is not None and r.output_tokens == 9 and r.itl == pytest.approx([0.2])
+    assert r.spec.accept_length == 3.0 and r.spec.accept_rate == pytest.approx(5 / 9)
+    assert (r.spec.accepted, r.spec.drafted, r.spec.histogram) == (5, 9, (1, 1, 1))
+    plain = StreamReader("sglang")
+    plain.feed('{"meta_info": {"completion_tokens": 4, "finish_reason": {"type": "stop"}}}', 0.1)
+    assert plain.spec is None and plain.finish_reason == "stop"
