@@ -44,7 +44,6 @@ from distprompt.errors import ConfigError, InputError, OutputError, ServerError
 from distprompt.records import SuiteItem
 
 __all__ = [
-    "ERROR_KINDS",
     "REQUESTS_NAME",
     "BenchInterrupted",
     "BenchResults",
@@ -58,8 +57,6 @@ log = logging.getLogger("distprompt.bench")
 REQUESTS_NAME = "requests.jsonl"
 SUMMARY_JSON = "summary.json"
 PARTIAL_NAME = ".requests.jsonl.partial"
-# What can go wrong with one request, each counted on its own.
-ERROR_KINDS = ("connect", "timeout", "http", "server_error", "malformed", "disconnect")
 
 
 @dataclass(frozen=True, slots=True)
