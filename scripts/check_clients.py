@@ -65,7 +65,7 @@ REMOVE = ["torchvision", "torchaudio", "torchcodec"]
 MODEL = "dp-model"
 GEN_PATHS = ("/v1/chat/completions", "/v1/completions", "/generate")
 SHIM_MOD = "_distprompt_sglang_shim"
-SHIM = '''"""distprompt check_clients: give sglang.srt.disaggregation.utils its one constant only."""
+SHIM = '''"""distprompt check_clients: sglang.srt.disaggregation.utils with its one constant."""
 import ast, importlib.abc, importlib.machinery, importlib.util, os, sys, types
 
 _NAME = "sglang.srt.disaggregation.utils"
@@ -404,7 +404,8 @@ def check_command(
     want = announced + (1 if warmup else 0)
     if len(reqs) != want:
         errors.append(
-            f"{name}: RUN.md says {announced} requests{' + 1 warm-up' if warmup else ''}, server saw {len(reqs)}"
+            f"{name}: RUN.md says {announced} requests{' + 1 warm-up' if warmup else ''}, "
+            f"server saw {len(reqs)}"
         )
     exp, f = expected_prompts(cmd, suite)
     med = re.search(r"--(?:spec|speed)-bench-output-len (\d+)", cmd)

@@ -417,7 +417,8 @@ def _sharegpt_warnings(plan: Plan, ctx: _Ctx) -> list[str]:
         if sg.total:
             out.append(
                 f"{_drop_text('SGLang', sg, n)}; it always drops pairs whose prompt or "
-                f"response re-tokenizes to < {SGLANG_SHAREGPT_MIN_LEN} tokens. Use `openai.jsonl` to keep them with SGLang."
+                f"response re-tokenizes to < {SGLANG_SHAREGPT_MIN_LEN} tokens. Use "
+                "`openai.jsonl` to keep them with SGLang."
             )
         off = sum(1 for it in plan.single if sg.kept_out_lens.get(it.id, 0) != out_len(it))
         if off:
