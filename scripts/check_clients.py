@@ -509,13 +509,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--venv",
         type=Path,
-        default=Path(os.environ.get("DISTPROMPT_CLIENT_VENV", "/work/client-venv")),
+        default=Path(
+            os.environ.get(
+                "DISTPROMPT_CLIENT_VENV", Path.home() / ".cache" / "distprompt-client-venv"
+            )
+        ),
     )
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "check_clients")
     ap.add_argument(
         "--suite", type=Path, action="append", help="Check this suite folder (repeatable)."
     )
     ap.add_argument("--only", default="", help="Run only commands containing this text.")
+    ap.add_argument(
+        "--by-source",
+        type=int,
+        default=None,
+        help="Run the by_source/ commands of only the first N sources of each suite (CI: each "
+        "client start costs 15-30 s here); every other command always runs.",
+    )
     args = ap.parse_args(argv)
     bindir = ensure_venv(args.venv)
     suites = args.suite or build_suites(args.out)
@@ -536,8 +547,13 @@ def main(argv: list[str] | None = None) -> int:
                 failures.append(f"{suite}: RUN.md states no temperature")
                 continue
             temperature = float(m.group(1))
+            sources = sorted(set(re.findall(r"--dataset-path (by_source/\S+)", text)))
+            keep = set(sources[: args.by_source]) if args.by_source is not None else set(sources)
             for cmd, n, warm in commands(text):
                 if args.only and args.only not in cmd:
+                    continue
+                bs = re.search(r"--dataset-path (by_source/\S+)", cmd)
+                if bs and bs.group(1) not in keep:
                     continue
                 errs = check_command(cmd, n, warm, suite, rec, bindir, url, temperature, log)
                 print(
