@@ -440,6 +440,8 @@ def check_command(
         seen[key] += 1
         if exp[key] and mt not in exp[key]:
             errors.append(f"{name}: output length {mt} for {key[:40]!r}, file says {exp[key]}")
+    if f == "sharegpt.json":
+        errors += _sharegpt_lengths(name, reqs[1 if warmup else 0 :], suite)
     distinct = len(seen)
     if not f.startswith("by_source/") and distinct != min(announced, len(exp)):
         errors.append(f"{name}: {distinct} distinct prompts sent, RUN.md says {announced}")
@@ -452,6 +454,27 @@ def check_command(
         f"{'ok' if not errors else 'FAIL'} |"
     )
     return errors
+
+
+_DIFF = re.compile(r"\(difference: items — ([^)]*)\)")
+
+
+def _sharegpt_lengths(name: str, reqs: list[tuple[str, dict[str, Any]]], suite: Path) -> list[str]:
+    """Output length asked minus the item's ``max_tokens``, against RUN.md's announced split."""
+    items = {r["id"]: r for r in _jsonl(suite / "suite.jsonl")}
+    by_text: dict[str, int] = {}
+    for r in json.loads((suite / "sharegpt.json").read_text(encoding="utf-8")):
+        by_text.setdefault(r["conversations"][0]["value"], items[r["id"]]["max_tokens"])
+    seen = Counter(
+        _max_tokens(p, b) - max(1, by_text[_key(p, b)]) for p, b in reqs if _key(p, b) in by_text
+    )
+    m = _DIFF.search((suite / "RUN.md").read_text(encoding="utf-8"))
+    said = {int(d): int(c) for d, c in re.findall(r"([+-]\d+): (\d+)", m.group(1))} if m else {}
+    extra = {d for d in seen if d and d not in said}
+    out = [f"{name}: output length off by {d} (not announced in RUN.md)" for d in sorted(extra)]
+    if name.startswith("sglang") and {d: c for d, c in seen.items() if d} != said:
+        out.append(f"{name}: output length differences {dict(seen)}, RUN.md says {said}")
+    return out
 
 
 def build_suites(out: Path) -> list[Path]:
