@@ -477,6 +477,40 @@ def _sharegpt_lengths(name: str, reqs: list[tuple[str, dict[str, Any]]], suite: 
     return out
 
 
+_PROBE = """
+import json, sys, transformers
+from transformers import AutoTokenizer
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+texts = json.load(sys.stdin)
+print(json.dumps([transformers.__version__, type(tok).__name__, [tok.encode(t) for t in texts]]))
+"""
+
+
+def tokenizer_agreement(bindir: Path, tok_path: str, texts: list[str]) -> str | None:
+    """None when the client venv's transformers tokenizes ``texts`` as distprompt does, else why."""
+    import transformers
+    from transformers import AutoTokenizer
+
+    ours = AutoTokenizer.from_pretrained(tok_path)
+    proc = subprocess.run(
+        [str(bindir / "python"), "-c", _PROBE, tok_path],
+        input=json.dumps(texts),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    version, cls, theirs = json.loads(proc.stdout.strip().splitlines()[-1])
+    differ = sum(1 for t, ids in zip(texts, theirs, strict=True) if ours.encode(t) != ids)
+    if not differ:
+        return None
+    return (
+        f"the clients' transformers {version} loads {tok_path} as {cls} and tokenizes {differ} "
+        f"of {len(texts)} sharegpt texts differently from distprompt's transformers "
+        f"{transformers.__version__} ({type(ours).__name__}): RUN.md's sharegpt counts use the "
+        "latter"
+    )
+
+
 def build_suites(out: Path) -> list[Path]:
     """Suites of the bundled samples: ``data_samples/`` as shipped (Qwen3) and the same corpus
     regenerated with the DeepSeek-V3 tokenizer by ``scripts/make_samples.py``."""
@@ -489,6 +523,17 @@ def build_suites(out: Path) -> list[Path]:
             text=True,
         ).stdout.strip()
         corpus = ROOT / "data_samples"
+        if key == "deepseek-v3":
+            # RUN.md's own advice for this folder (see its "Client tokenizer class" warning): the
+            # clients' transformers 5.19 would load the shipped config as LlamaTokenizer.
+            fixed = out / "tokenizer_deepseek_v3"
+            shutil.rmtree(fixed, ignore_errors=True)
+            shutil.copytree(tok, fixed)
+            cfg_path = fixed / "tokenizer_config.json"
+            cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+            cfg["tokenizer_class"] = "TokenizersBackend"
+            cfg_path.write_text(json.dumps(cfg, ensure_ascii=False, indent=2), encoding="utf-8")
+            tok = str(fixed.resolve())
         if key != "qwen3":
             corpus = out / f"corpus_{name}"
             subprocess.run(
@@ -570,6 +615,17 @@ def main(argv: list[str] | None = None) -> int:
                 failures.append(f"{suite}: RUN.md states no temperature")
                 continue
             temperature = float(m.group(1))
+            tm = re.search(r"^Tokenizer: `([^`]*)`", text, re.M)
+            if tm and (suite / "sharegpt.json").is_file():
+                texts = [
+                    t
+                    for r in json.loads((suite / "sharegpt.json").read_text(encoding="utf-8"))
+                    for t in (r["conversations"][0]["value"], r["conversations"][1]["value"])
+                ]
+                why = tokenizer_agreement(bindir, tm.group(1), texts)
+                if why:
+                    print(f"check_clients: {suite.name}: {why}", flush=True)
+                    failures.append(f"{suite.name}: {why}")
             sources = sorted(set(re.findall(r"--dataset-path (by_source/\S+)", text)))
             keep = set(sources[: args.by_source]) if args.by_source is not None else set(sources)
             for cmd, n, warm in commands(text):

@@ -218,3 +218,26 @@ def test_run_md_names_the_checked_versions_and_every_command_has_a_count() -> No
         assert f"{k} {v}" in text
     assert "scripts/check_clients.py" in text
     assert text.count("```bash") == len(re.findall(r"```\n\n(?:Requests sent: )", text))
+
+
+def test_llama_class_over_byte_level_tokenizer_is_warned(
+    tmp_path: Path, deepseek_dir: Path, qwen_dir: Path
+) -> None:
+    # The DeepSeek-V3 folder names LlamaTokenizerFast: transformers 5.19 (the clients') then
+    # tokenizes every text differently, and the clients' sharegpt drops differed (99 vs 100 kept).
+    items = suite_items()
+    text = run_md(items, formats=["sharegpt"], tokenizer_name=str(deepseek_dir))
+    assert "**Client tokenizer class.**" in text and "`LlamaTokenizerFast`" in text
+    assert "Client tokenizer class" not in run_md(
+        items, formats=["sharegpt"], tokenizer_name=str(qwen_dir)
+    )
+    import shutil
+
+    fixed = tmp_path / "tok"
+    shutil.copytree(deepseek_dir, fixed)
+    cfg = json.loads((fixed / "tokenizer_config.json").read_text())
+    cfg["tokenizer_class"] = "TokenizersBackend"
+    (fixed / "tokenizer_config.json").write_text(json.dumps(cfg))
+    assert "Client tokenizer class" not in run_md(
+        items, formats=["sharegpt"], tokenizer_name=str(fixed)
+    )

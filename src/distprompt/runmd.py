@@ -173,6 +173,37 @@ def _bos_warning(items: Sequence[SuiteItem]) -> str | None:
     )
 
 
+def _tokenizer_class_warning(tokenizer_name: str) -> str | None:
+    """Warn when the folder names a Llama tokenizer class over a byte-level ``tokenizer.json``.
+
+    transformers 5.19 (pinned by sglang 0.5.23; vllm 0.33.0 wants < 5.21) then builds a
+    ``LlamaTokenizer`` that tokenizes differently (seen on DeepSeek-V3: every text), so the
+    clients' own counts differ from the ones here; newer transformers load the file as it is.
+    """
+    import json
+    from pathlib import Path
+
+    folder = Path(tokenizer_name).expanduser() if tokenizer_name else None
+    if folder is None or not folder.is_dir():
+        return None
+    try:
+        cfg = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+        tj = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    cls = str(cfg.get("tokenizer_class") or "")
+    if not cls.startswith("Llama") or "ByteLevel" not in json.dumps(tj.get("pre_tokenizer")):
+        return None
+    return (
+        f"**Client tokenizer class.** `tokenizer_config.json` names `{cls}` over a byte-level "
+        "`tokenizer.json`: transformers 5.19 (what SGLang 0.5.23 pins; vLLM 0.33.0 wants < 5.21) "
+        "loads it as `LlamaTokenizer`, which tokenizes differently, so the clients' prompt "
+        "lengths and `sharegpt.json` drops differ from the counts here. Set `tokenizer_class` to "
+        "`TokenizersBackend` (or `PreTrainedTokenizerFast`) in a copy of the folder for the "
+        "clients; the server tokenizes on its own."
+    )
+
+
 def _median_out(items: Sequence[SuiteItem]) -> int:
     return int(statistics.median_low([out_len(it) for it in items])) if items else 1
 
@@ -217,6 +248,9 @@ def render_run_md(
         "",
     ]
     warnings = _warnings(plan, formats=formats, ctx=ctx)
+    cls_warning = _tokenizer_class_warning(tokenizer_name)
+    if cls_warning:
+        warnings.insert(0, cls_warning)
     if warnings:
         lines.extend(f"- {w}" for w in warnings)
     else:
