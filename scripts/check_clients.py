@@ -45,6 +45,8 @@ sys.path.insert(0, str(ROOT / "src"))
 from distprompt._plan import CLIENT_VERSIONS  # noqa: E402
 
 TORCH = "torch==2.13.0"
+# What sglang 0.5.23 pins (vllm 0.33.0 wants < 5.21): the transformers a user's client env has.
+TRANSFORMERS = "transformers==5.19.0"
 # What the benchmark code of sglang and vllm imports beyond guidellm's and aiperf's deps.
 HELPERS = [
     "pybase64",
@@ -59,6 +61,7 @@ HELPERS = [
     "xgrammar",
     "llguidance",
     "blake3",
+    "einops",
 ]
 # Installed by some helper's resolver but unusable beside CPU torch 2.13.0.
 REMOVE = ["torchvision", "torchaudio", "torchcodec"]
@@ -105,14 +108,14 @@ def _pip(venv: Path, *args: str) -> None:
 def ensure_venv(venv: Path) -> Path:
     """Build the client venv unless it exists for the same pins; returns its bin folder."""
     stamp = venv / "distprompt-clients.txt"
-    want = "\n".join([TORCH, *pins(), *HELPERS]) + "\n"
+    want = "\n".join([TORCH, TRANSFORMERS, *pins(), *HELPERS]) + "\n"
     if stamp.is_file() and stamp.read_text() == want:
         return venv / "bin"
     t0 = time.monotonic()
     shutil.rmtree(venv, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     cons = venv / "constraints.txt"
-    cons.write_text(TORCH + "\n")
+    cons.write_text(TORCH + "\n" + TRANSFORMERS + "\n")
     _pip(venv, TORCH)
     sg, vl = (p for p in pins() if p.startswith(("sglang", "vllm")))
     _pip(venv, "--no-deps", sg, vl)
