@@ -197,8 +197,10 @@ def _tokenizer_class_warning(tokenizer_name: str) -> str | None:
     return (
         f"**Client tokenizer class.** `tokenizer_config.json` names `{cls}` over a byte-level "
         "`tokenizer.json`: transformers 5.19 (what SGLang 0.5.23 pins; vLLM 0.33.0 wants < 5.21) "
-        "loads it as `LlamaTokenizer`, which tokenizes differently, so the clients' prompt "
-        "lengths and `sharegpt.json` drops differ from the counts here. Set `tokenizer_class` to "
+        "loads it as `LlamaTokenizer`, which tokenizes differently: the clients' prompt "
+        "lengths, output lengths and `sharegpt.json` drops differ from the counts here, and "
+        "SGLang `speed-bench` (which decodes the ids it templated) sends text with the spaces "
+        "lost. Set `tokenizer_class` to "
         "`TokenizersBackend` (or `PreTrainedTokenizerFast`) in a copy of the folder for the "
         "clients; the server tokenizes on its own."
     )
