@@ -226,11 +226,12 @@ def test_openai_rows_hold_only_request_keys(out: Path, items: list[SuiteItem]) -
     for row, it in zip(rows, chat, strict=True):
         forwarded = set(row) - SGLANG_CONSUMED
         assert forwarded <= SGLANG_REQUEST_KEYS
-        assert set(row) == {"messages", "max_tokens", "ignore_eos"} | (
+        assert set(row) == {"messages", "max_tokens", "ignore_eos", "temperature"} | (
             {"tools"} if it.tools else set()
         )
         assert isinstance(row["max_tokens"], int) and row["max_tokens"] == it.max_tokens
         assert row["ignore_eos"] is False
+        assert row["temperature"] == 0.0  # greedy, explicitly
         assert row["messages"]  # SGLang drops rows with empty messages silently
         assert [m["role"] for m in row["messages"]] == [m["role"] for m in it.messages or ()]
 
@@ -484,11 +485,12 @@ def test_aiperf_multi_turn_sessions(out: Path, items: list[SuiteItem]) -> None:
             assert set(turns[0]) == {"role", "text"}
             turns = turns[1:]
         assert turns[-1]["output_length"] == it.max_tokens
-        assert all("output_length" not in t for t in turns[:-1])
+        # AIPerf sends a turn without output_length with no max_completion_tokens at all.
+        assert all(t["output_length"] >= 1 for t in turns)
     multi = next(s for s in sessions if s["session_id"] == "ultrachat-0001")
     assert multi["turns"] == [
         {"role": "system", "text": SYSTEM},
-        {"text": "First question?"},
+        {"text": "First question?", "output_length": 64},  # no tokenizer: the item's length
         {"text": "Second question?", "output_length": 64},
     ]
 
@@ -563,7 +565,7 @@ def test_run_md_commands_carry_real_counts(out: Path, items: list[SuiteItem]) ->
     by_source = text[text.index("### `by_source/`") :]
     assert "--dataset-name spec_bench" in by_source and "--dataset-name speed-bench" in by_source
     assert "sglang-oai-chat" not in by_source and "openai-chat" not in by_source
-    assert "--spec-bench-output-len 64 --no-oversample --num-prompts 2" in by_source  # glaive
+    assert "--spec-bench-output-len 64 --no-oversample --disable-shuffle" in by_source  # glaive
 
 
 def test_run_md_warnings_for_this_suite(out: Path) -> None:
@@ -578,22 +580,21 @@ def test_run_md_warnings_for_this_suite(out: Path) -> None:
     assert "BOS twice" not in text  # ChatML prompts start with <|im_start|>, not a BOS
 
 
-def test_run_md_vllm_sharegpt_drop_count_known_answer() -> None:
+def test_run_md_vllm_sharegpt_drop_count_known_answer(qwen_tokenizer: Any) -> None:
+    # vLLM's own rule on the re-tokenized text, whatever n_prompt_tokens says.
     items = [
-        make_item(0, n_prompt_tokens=3, max_tokens=50),  # prompt < 4
-        make_item(1, n_prompt_tokens=1025, max_tokens=10),  # prompt > 1024
-        make_item(2, n_prompt_tokens=1000, max_tokens=1049),  # total 2049 > 2048
-        make_item(3, n_prompt_tokens=1000, max_tokens=1048),  # total 2048: kept
-        make_item(4, n_prompt_tokens=4, max_tokens=4),  # both at the minimum: kept
-        make_item(5, n_prompt_tokens=100, max_tokens=3),  # output < 4
-        make_item(6, n_prompt_tokens=2000, max_tokens=500),  # long and total: counted once
-        make_item(7, n_prompt_tokens=20, max_tokens=20, no_messages=True),  # not in sharegpt
+        make_item(0, messages=[{"role": "user", "content": "Hi"}]),  # prompt < 4
+        make_item(1, messages=[{"role": "user", "content": "go " * 1100}]),  # prompt > 1024
+        make_item(2, messages=[{"role": "user", "content": "go " * 1000}], response="x " * 1100),
+        make_item(3, n_prompt_tokens=3000),  # long recorded prompt, short human turn: kept
+        make_item(4, response="Yes"),  # output < 4
+        make_item(7, no_messages=True),  # not in sharegpt
     ]
-    drops = export.vllm_sharegpt_drops([it for it in items if it.messages])
-    assert (drops.total, drops.prompt_short, drops.prompt_long, drops.total_long) == (5, 1, 2, 2)
+    drops = export.vllm_sharegpt_drops([it for it in items if it.messages], qwen_tokenizer)
+    assert (drops.total, drops.prompt_short, drops.prompt_long, drops.total_long) == (4, 1, 1, 1)
     assert drops.output_short == 1
-    text = run_md(items, formats=["sharegpt"], tokenizer_name="tok")
-    assert "vLLM `sharegpt` drops 5 of 7 items silently" in text
+    text = run_md(items, formats=["sharegpt"], tokenizer_name="tok", tokenizer=qwen_tokenizer)
+    assert "vLLM `sharegpt` drops 4 of 5 items silently" in text
     assert "vllm_custom.jsonl" in text  # the way to keep them
 
 

@@ -132,6 +132,10 @@ def export(
     formats: Annotated[
         str | None, typer.Option(help="Comma-separated client formats (default: all).")
     ] = None,
+    temperature: Annotated[
+        float,
+        typer.Option(help="Sampling temperature set in every client file and command.", min=0),
+    ] = 0.0,
     workers: Workers = 1,
     glob: Glob = None,
     no_turns: Annotated[bool, typer.Option("--no-turns", help="Skip chat-turn recovery.")] = False,
@@ -180,7 +184,7 @@ def export(
         progress=progress and sys.stderr.isatty(),
         warn=_warn,
     )
-    suite.save(out, formats=fmts, overwrite=overwrite)
+    suite.save(out, formats=fmts, overwrite=overwrite, temperature=temperature)
     typer.echo(_summary(suite.manifest), err=True)
     if suite.report is not None:
         typer.echo(suite.report.summary, err=True)

@@ -57,8 +57,8 @@ from distprompt._plan import (
     out_len,
     safe_names,
     text_of,
-    user_texts,
 )
+from distprompt.errors import ConfigError
 from distprompt.records import SuiteItem
 from distprompt.runmd import VllmShareGptDrops as VllmShareGptDrops
 from distprompt.runmd import render_run_md, run_md
@@ -134,7 +134,7 @@ def _wire_messages(item: SuiteItem) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------------------------
 
 
-def _openai_row(item: SuiteItem, *, ignore_eos: bool) -> dict[str, Any]:
+def _openai_row(item: SuiteItem, *, ignore_eos: bool, temperature: float) -> dict[str, Any]:
     # Only request keys: SGLang forwards every key but messages/max_tokens/max_completion_tokens/
     # model into the request body. A per-row ignore_eos overrides SGLang's ignore_eos=True default.
     row: dict[str, Any] = {"messages": _wire_messages(item), "max_tokens": out_len(item)}
@@ -145,6 +145,8 @@ def _openai_row(item: SuiteItem, *, ignore_eos: bool) -> dict[str, Any]:
         # vLLM chat endpoints pass them to the template, so the server renders the same ids.
         row["chat_template_kwargs"] = dict(item.chat_template_kwargs)
     row["ignore_eos"] = ignore_eos
+    # SGLang sends temperature 0 unless the row says otherwise: say it explicitly.
+    row["temperature"] = temperature
     return row
 
 
@@ -224,22 +226,39 @@ def _aiperf_single_row(item: SuiteItem, *, ignore_eos: bool) -> dict[str, Any]:
     }
 
 
-def _aiperf_multi_row(item: SuiteItem, *, ignore_eos: bool) -> dict[str, Any]:
+def _aiperf_multi_row(item: SuiteItem, *, ignore_eos: bool, tokenizer: Any) -> dict[str, Any]:
     """One AIPerf session: a leading system turn (hoisted by AIPerf) and every user turn.
 
     AIPerf generates the assistant replies between turns live, so recorded assistant and tool
-    messages cannot be replayed; only the last user turn carries the output length.
+    messages cannot be replayed. AIPerf 0.13.0 sends a turn without ``output_length`` with no
+    ``max_completion_tokens`` at all, so every turn carries one: the last the item's output
+    length, an earlier one the length of the recorded assistant reply that followed it (its text
+    tokenized without special tokens, + 1 for the end of turn; the item's output length when no
+    tokenizer is given or no reply was recorded).
     """
     msgs = item.messages or ()
     turns: list[dict[str, Any]] = []
     if msgs and msgs[0].get("role") == "system" and text_of(msgs[0].get("content")):
         # No output_length/extra here: AIPerf hoists only a bare system turn.
         turns.append({"role": "system", "text": text_of(msgs[0].get("content"))})
-    users = [t for t in user_texts(item) if t]
-    for i, text in enumerate(users):
+    users: list[tuple[str, int]] = []
+    for i, m in enumerate(msgs):
+        if m.get("role") != "user" or not text_of(m.get("content")):
+            continue
+        reply = next((n for n in msgs[i + 1 :] if n.get("role") in ("assistant", "user")), None)
+        length = out_len(item)
+        if tokenizer is not None and reply is not None and reply.get("role") == "assistant":
+            text = text_of(reply.get("content"))
+            if text:
+                length = len(tokenizer.encode(text, add_special_tokens=False)) + 1
+        users.append((text_of(m.get("content")), length))
+    for i, (text, length) in enumerate(users):
+        last = i == len(users) - 1
         turn: dict[str, Any] = {"text": text}
-        if i == len(users) - 1:
+        if last:
             turn.update(_aiperf_length(item, ignore_eos=ignore_eos))
+        else:
+            turn["output_length"] = length
         turns.append(turn)
     return {"session_id": item.id, "turns": turns, "source": item.source}
 
@@ -261,6 +280,8 @@ def write_exports(
     formats: Sequence[str] = FORMATS,
     tokenizer_name: str = "",
     ignore_eos: bool = False,
+    tokenizer: Any = None,
+    temperature: float = 0.0,
 ) -> dict[str, list[str]]:
     """Write the chosen client files and ``RUN.md`` into ``out_dir``.
 
@@ -275,6 +296,10 @@ def write_exports(
         tokenizer_name: Tokenizer name or path put into the commands of ``RUN.md``.
         ignore_eos: Ask the server to generate exactly the output length (throughput runs);
             leave False to measure acceptance on text the model would really produce.
+        tokenizer: The loaded tokenizer: RUN.md counts what SGLang and vLLM drop from
+            ``sharegpt.json`` with it, and AIPerf's earlier turns get the recorded reply length.
+        temperature: Sampling temperature written into ``openai.jsonl`` and every RUN.md
+            command (0: greedy).
 
     Returns:
         ``{format: [paths written, relative to out_dir, with /]}``, plus ``"run_md"``.
@@ -288,6 +313,9 @@ def write_exports(
         {'vllm_custom': ['vllm_custom.jsonl'], 'run_md': ['RUN.md']}
     """
     fmts = checked_formats(formats)
+    if not temperature >= 0:
+        raise ConfigError(f"temperature: expected a number >= 0, found {temperature!r}")
+    temperature = float(temperature)
     out_dir = Path(out_dir)
     plan = Plan.of(items)
     written: dict[str, list[str]] = {}
@@ -300,7 +328,11 @@ def write_exports(
         if fmt == "openai":
             written[fmt] = [
                 put_lines(
-                    "openai.jsonl", (_openai_row(it, ignore_eos=ignore_eos) for it in plan.chat)
+                    "openai.jsonl",
+                    (
+                        _openai_row(it, ignore_eos=ignore_eos, temperature=temperature)
+                        for it in plan.chat
+                    ),
                 ),
                 put_lines(PROVENANCE_NAME, (_provenance_row(it) for it in plan.chat)),
             ]
@@ -323,7 +355,10 @@ def write_exports(
                 ),
                 put_lines(
                     AIPERF_MULTI_NAME,
-                    (_aiperf_multi_row(it, ignore_eos=ignore_eos) for it in plan.single),
+                    (
+                        _aiperf_multi_row(it, ignore_eos=ignore_eos, tokenizer=tokenizer)
+                        for it in plan.single
+                    ),
                 ),
             ]
         elif fmt == "by_source":
@@ -331,7 +366,14 @@ def write_exports(
                 put_lines(f"by_source/{plan.stems[src]}.jsonl", map(_by_source_row, group))
                 for src, group in plan.by_source.items()
             ]
-    text = render_run_md(plan, formats=fmts, tokenizer_name=tokenizer_name, ignore_eos=ignore_eos)
+    text = render_run_md(
+        plan,
+        formats=fmts,
+        tokenizer_name=tokenizer_name,
+        ignore_eos=ignore_eos,
+        tokenizer=tokenizer,
+        temperature=temperature,
+    )
     atomic_write_bytes(out_dir / RUN_MD, text.encode("utf-8"))
     written["run_md"] = [RUN_MD]
     skipped = len(plan.items) - len(plan.chat)

@@ -21,7 +21,16 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from distprompt._clients import (
+    SGLANG_SHAREGPT_MIN_LEN,
+    VLLM_SHAREGPT_MAX_PROMPT,
+    VLLM_SHAREGPT_MAX_TOTAL,
+    VLLM_SHAREGPT_MIN_LEN,
+    ShareGptDrops,
+    sharegpt_drops,
+)
 from distprompt._plan import (
     AIPERF_MULTI_NAME,
     CLIENT_VERSIONS,
@@ -32,23 +41,25 @@ from distprompt._plan import (
     has_messages,
     last_user_text,
     out_len,
+    user_texts,
 )
 from distprompt.errors import ConfigError
 from distprompt.records import SuiteItem
 
 __all__ = [
+    "SGLANG_SHAREGPT_MIN_LEN",
     "VLLM_SHAREGPT_MAX_PROMPT",
     "VLLM_SHAREGPT_MAX_TOTAL",
     "VLLM_SHAREGPT_MIN_LEN",
+    "ShareGptDrops",
     "VllmShareGptDrops",
     "run_md",
+    "sharegpt_drops",
     "vllm_sharegpt_drops",
 ]
 
-# vLLM's sharegpt loader (``is_valid_sequence``) drops these silently.
-VLLM_SHAREGPT_MIN_LEN = 4
-VLLM_SHAREGPT_MAX_PROMPT = 1024
-VLLM_SHAREGPT_MAX_TOTAL = 2048
+#: The checker that runs every command below against the pinned clients.
+CHECK_SCRIPT = "scripts/check_clients.py"
 
 _MAX_IDS_SHOWN = 10
 # A leading special-token text: <s>, <|begin_of_text|>, <｜begin▁of▁sentence｜>, [BOS] ...
@@ -64,6 +75,8 @@ def run_md(
     formats: Sequence[str],
     tokenizer_name: str,
     ignore_eos: bool = False,
+    tokenizer: Any = None,
+    temperature: float = 0.0,
 ) -> str:
     """``RUN.md``: the command for each client on these files, and warnings for this suite.
 
@@ -72,12 +85,15 @@ def run_md(
         formats: The formats written.
         tokenizer_name: Tokenizer name or path for ``--tokenizer``; a placeholder when empty.
         ignore_eos: Whether the files ask for ``ignore_eos``.
+        tokenizer: The loaded tokenizer, to count what SGLang and vLLM drop from
+            ``sharegpt.json`` by their own rule; without it RUN.md says the counts are unknown.
+        temperature: Sampling temperature every command sets (0: greedy).
 
     Returns:
         Markdown text; the same items give the same text.
 
     Raises:
-        ConfigError: A format name is unknown.
+        ConfigError: A format name is unknown, or ``temperature`` is negative.
 
     Example:
         >>> "## Warnings" in run_md(items, formats=FORMATS, tokenizer_name="tok")  # doctest: +SKIP
@@ -88,6 +104,8 @@ def run_md(
         formats=checked_formats(formats),
         tokenizer_name=tokenizer_name,
         ignore_eos=ignore_eos,
+        tokenizer=tokenizer,
+        temperature=temperature,
     )
 
 
@@ -102,32 +120,20 @@ class VllmShareGptDrops:
     output_short: int
 
 
-def vllm_sharegpt_drops(items: Sequence[SuiteItem]) -> VllmShareGptDrops:
-    """Count the items vLLM's ``sharegpt`` loader drops silently.
+def vllm_sharegpt_drops(items: Sequence[SuiteItem], tokenizer: Any) -> VllmShareGptDrops:
+    """Count the items vLLM's ``sharegpt`` loader drops silently, by vLLM's own rule.
 
-    vLLM keeps a pair only when 4 <= prompt <= 1024 tokens, prompt + output <= 2048 and, unless
-    ``--sharegpt-output-len`` fixes the output, output >= 4. Lengths here are the recorded prompt
-    length (``n_prompt_tokens``) and the output length asked for (``max_tokens``).
+    vLLM re-tokenizes the human and gpt turns (``tokenizer(text).input_ids``, special tokens
+    added) and keeps a pair only when 4 <= prompt <= 1024 tokens, prompt + output <= 2048 and
+    output >= 4 (``is_valid_sequence``). See :func:`distprompt._clients.sharegpt_drops` for SGLang.
 
     Example:
-        >>> vllm_sharegpt_drops([]).total
+        >>> vllm_sharegpt_drops([], tokenizer=None).total
         0
     """
-    short = long_ = total_long = out_short = dropped = 0
-    for it in items:
-        p, o = it.n_prompt_tokens, out_len(it)
-        flags = (
-            p < VLLM_SHAREGPT_MIN_LEN,
-            p > VLLM_SHAREGPT_MAX_PROMPT,
-            p + o > VLLM_SHAREGPT_MAX_TOTAL,
-            o < VLLM_SHAREGPT_MIN_LEN,
-        )
-        short += flags[0]
-        long_ += flags[1]
-        total_long += flags[2]
-        out_short += flags[3]
-        dropped += any(flags)
-    return VllmShareGptDrops(dropped, short, long_, total_long, out_short)
+    d = sharegpt_drops(items, tokenizer)["vllm"]
+    r = list(d.reasons.values()) or [0, 0, 0, 0]
+    return VllmShareGptDrops(d.total, *r)
 
 
 def _ids(items: Iterable[SuiteItem]) -> str:
@@ -167,6 +173,39 @@ def _bos_warning(items: Sequence[SuiteItem]) -> str | None:
     )
 
 
+def _tokenizer_class_warning(tokenizer_name: str) -> str | None:
+    """Warn when the folder names a Llama tokenizer class over a byte-level ``tokenizer.json``.
+
+    transformers 5.19 (pinned by sglang 0.5.23; vllm 0.33.0 wants < 5.21) then builds a
+    ``LlamaTokenizer`` that tokenizes differently (seen on DeepSeek-V3: every text), so the
+    clients' own counts differ from the ones here; newer transformers load the file as it is.
+    """
+    import json
+    from pathlib import Path
+
+    folder = Path(tokenizer_name).expanduser() if tokenizer_name else None
+    if folder is None or not folder.is_dir():
+        return None
+    try:
+        cfg = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+        tj = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    cls = str(cfg.get("tokenizer_class") or "")
+    if not cls.startswith("Llama") or "ByteLevel" not in json.dumps(tj.get("pre_tokenizer")):
+        return None
+    return (
+        f"**Client tokenizer class.** `tokenizer_config.json` names `{cls}` over a byte-level "
+        "`tokenizer.json`: transformers 5.19 (what SGLang 0.5.23 pins; vLLM 0.33.0 wants < 5.21) "
+        "loads it as `LlamaTokenizer`, which tokenizes differently: the clients' prompt "
+        "lengths, output lengths and `sharegpt.json` drops differ from the counts here, and "
+        "SGLang `speed-bench` (which decodes the ids it templated) sends text with the spaces "
+        "lost. Set `tokenizer_class` to "
+        "`TokenizersBackend` (or `PreTrainedTokenizerFast`) in a copy of the folder for the "
+        "clients; the server tokenizes on its own."
+    )
+
+
 def _median_out(items: Sequence[SuiteItem]) -> int:
     return int(statistics.median_low([out_len(it) for it in items])) if items else 1
 
@@ -177,12 +216,18 @@ def render_run_md(
     formats: Sequence[str],
     tokenizer_name: str,
     ignore_eos: bool,
+    tokenizer: Any = None,
+    temperature: float = 0.0,
 ) -> str:
     """:func:`run_md` of a :class:`~distprompt._plan.Plan` whose formats are already checked."""
+    if not temperature >= 0:
+        raise ConfigError(f"temperature: expected a number >= 0, found {temperature!r}")
     items = plan.items
     tok = tokenizer_name or "<TOKENIZER>"
     versions = ", ".join(f"{k} {v}" for k, v in CLIENT_VERSIONS.items())
     src_counts = Counter(it.source for it in items)
+    drops = sharegpt_drops(plan.single, tokenizer) if "sharegpt" in formats else {}
+    ctx = _Ctx(tok=tok, ignore_eos=ignore_eos, temperature=float(temperature), drops=drops)
     lines: list[str] = [
         "# Running this suite",
         "",
@@ -191,29 +236,58 @@ def render_run_md(
         f"Tokenizer: `{tokenizer_name or 'unknown'}`. "
         f"Output lengths: the recorded first response (`max_tokens`), at least 1. "
         f"`ignore_eos` in the files: {'true' if ignore_eos else 'false'}.",
+        f"Temperature: every command below sets `temperature` {_temp(ctx.temperature)} "
+        f"explicitly{' (greedy)' if ctx.temperature == 0 else ''}; `export --temperature` "
+        "changes it.",
         "",
-        f"Layouts and commands checked against the loaders of {versions}. Loaders change between "
-        "versions: with another version, check the flags below against `--help`.",
+        f"Commands checked against {versions}: run as written against a local server recording "
+        f"each request body ({CHECK_SCRIPT}), with the request counts and output lengths below. "
+        "Loaders change between versions: with another version, check the flags against "
+        "`--help`.",
         "Replace `<URL>` and `<MODEL>` with the server address and served model name.",
         "",
         "## Warnings",
         "",
     ]
-    warnings = _warnings(plan, formats=formats, ignore_eos=ignore_eos)
+    warnings = _warnings(plan, formats=formats, ctx=ctx)
+    cls_warning = _tokenizer_class_warning(tokenizer_name)
+    if cls_warning:
+        warnings.insert(0, cls_warning)
     if warnings:
         lines.extend(f"- {w}" for w in warnings)
     else:
         lines.append("- none")
     lines += ["", "## Commands", ""]
     for fmt in formats:
-        lines.extend(_commands(fmt, plan, tok=tok, ignore_eos=ignore_eos))
+        lines.extend(_commands(fmt, plan, ctx=ctx))
         lines.append("")
     lines += _join_section(formats)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def _warnings(plan: Plan, *, formats: Sequence[str], ignore_eos: bool) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class _Ctx:
+    """What every command and warning of one RUN.md shares."""
+
+    tok: str
+    ignore_eos: bool
+    temperature: float
+    drops: dict[str, ShareGptDrops]
+
+
+def _temp(t: float) -> str:
+    """The temperature as written on a command line: ``0`` for greedy, else as given."""
+    return "0" if t == 0 else repr(float(t))
+
+
+def _sends(n: int, what: str = "") -> str:
+    """The request count line that ``scripts/check_clients.py`` checks against the client."""
+    return f"Requests sent: **{n}**{what}."
+
+
+def _warnings(plan: Plan, *, formats: Sequence[str], ctx: _Ctx) -> list[str]:
     items = plan.items
+    ignore_eos = ctx.ignore_eos
     n = len(items)
     out: list[str] = []
     no_msgs = [it for it in items if not has_messages(it)]
@@ -254,28 +328,16 @@ def _warnings(plan: Plan, *, formats: Sequence[str], ignore_eos: bool) -> list[s
                 f"`aiperf_multi_turn.jsonl`: {_count(len(live), 'item')} with assistant or tool "
                 "turns in their history. AIPerf generates the replies between user turns live "
                 "and cannot replay tool results, so these sessions only approximate the recorded "
-                "history; earlier turns use AIPerf's default output length (set "
-                "`--output-tokens-mean`)."
-            )
-    if "sharegpt" in formats and plan.single:
-        d = vllm_sharegpt_drops(plan.single)
-        if d.total:
-            out.append(
-                f"**vLLM `sharegpt` drops {d.total} of {len(plan.single)} items silently** "
-                f"(prompt < {VLLM_SHAREGPT_MIN_LEN} tokens: {d.prompt_short}, prompt > "
-                f"{VLLM_SHAREGPT_MAX_PROMPT}: {d.prompt_long}, prompt + output > "
-                f"{VLLM_SHAREGPT_MAX_TOTAL}: {d.total_long}, output < {VLLM_SHAREGPT_MIN_LEN}: "
-                f"{d.output_short}; estimated from `n_prompt_tokens` and `max_tokens`: vLLM "
-                "tokenizes the human turn alone, shorter than the whole prompt for items with a "
-                "system prompt or history, and the response text). No flag lifts the "
-                "length filter: `--sharegpt-output-len` only skips the output minimum. To keep "
-                "every item with vLLM use `vllm_custom.jsonl`; SGLang's sharegpt loader filters "
-                "only with `--sharegpt-context-len`."
+                "history. Every turn carries its own `output_length` (earlier turns: the length "
+                "of the recorded reply that followed them), because AIPerf sends a turn without "
+                "one with no `max_completion_tokens` at all."
             )
         out.append(
-            "vLLM `sharegpt` oversamples to `--num-prompts` (default 1000) unless "
-            "`--no-oversample`; SGLang always shuffles sharegpt data."
+            "AIPerf: do not set `HF_HUB_OFFLINE=1` with a local tokenizer folder: AIPerf "
+            f"{CLIENT_VERSIONS['aiperf']} then fails to load it (it loads without)."
         )
+    if "sharegpt" in formats and plan.single:
+        out.extend(_sharegpt_warnings(plan, ctx))
     if "openai" in formats or "sharegpt" in formats or "by_source" in formats:
         out.append(
             "**SGLang sends `ignore_eos=True` by default.** "
@@ -312,9 +374,20 @@ def _warnings(plan: Plan, *, formats: Sequence[str], ignore_eos: bool) -> list[s
     if "by_source" in formats:
         out.append(
             "`by_source/` files hold raw user text that vLLM `spec_bench` and SGLang `speed-bench` "
-            "wrap in the chat template; vLLM `spec_bench` shuffles with seed 0 whatever `--seed` "
-            "says and pads with duplicates unless `--no-oversample`."
+            "wrap in the chat template; vLLM `spec_bench` shuffles unless `--disable-shuffle` and "
+            "pads with duplicates unless `--no-oversample`; SGLang `speed-bench` always shuffles."
         )
+        kw = [it for it in plan.first if it.chat_template_kwargs]
+        if kw:
+            names = sorted({k for it in kw for k in it.chat_template_kwargs or {}})
+            out.append(
+                f"**SGLang `speed-bench` renders with the template's defaults.** Its loader calls "
+                "`apply_chat_template` with no keyword arguments, so the "
+                f"{', '.join(f'`{k}`' for k in names)} that {len(kw)} of {len(plan.first)} "
+                "`by_source/` items were rendered with is not applied and their SGLang prompt "
+                "differs from the training prompt; vLLM `spec_bench` applies them through "
+                "`--chat-template-kwargs` (in the commands below)."
+            )
     if any(f in formats for f in ("vllm_custom", "guidellm", "token_ids")):
         bos = _bos_warning(items)
         if bos:
@@ -381,6 +454,66 @@ def _recovery_warnings(plan: Plan, *, formats: Sequence[str]) -> list[str]:
             "the training conversation, and single-turn files (`sharegpt.json`, `aiperf.jsonl`, "
             f"`by_source/`) carry template text as the user turn: {_ids(flat)}."
         )
+
+
+def _drop_text(client: str, d: ShareGptDrops, n: int) -> str:
+    reasons = ", ".join(f"{k}: {v}" for k, v in d.reasons.items() if v)
+    head = f"**{client} `sharegpt` drops {d.total} of {n} items silently**"
+    return head + (f" ({reasons}: {_ids_of(d.ids)})" if d.total else "")
+
+
+def _ids_of(ids: Sequence[str]) -> str:
+    shown = ", ".join(f"`{i}`" for i in ids[:_MAX_IDS_SHOWN])
+    more = len(ids) - _MAX_IDS_SHOWN
+    return shown + (f" … and {more} more" if more > 0 else "")
+
+
+def _sharegpt_warnings(plan: Plan, ctx: _Ctx) -> list[str]:
+    """Per client: what SGLang's and vLLM's sharegpt loaders drop and which lengths they ask."""
+    n = len(plan.single)
+    v, sg = ctx.drops["vllm"], ctx.drops["sglang"]
+    out: list[str] = []
+    if not v.computed:
+        out.append(
+            "**`sharegpt.json` drop counts unknown** (no tokenizer was loaded at export): SGLang "
+            f"drops pairs whose prompt or response re-tokenizes to < {SGLANG_SHAREGPT_MIN_LEN} "
+            f"tokens, vLLM those outside {VLLM_SHAREGPT_MIN_LEN} <= prompt <= "
+            f"{VLLM_SHAREGPT_MAX_PROMPT}, prompt + output <= {VLLM_SHAREGPT_MAX_TOTAL}, output "
+            f">= {VLLM_SHAREGPT_MIN_LEN}; compare the request counts with {n}."
+        )
+    else:
+        out.append(
+            f"{_drop_text('vLLM', v, n)}; vLLM re-tokenizes both "
+            "turns with special tokens and applies `is_valid_sequence`. No flag lifts the "
+            "length filter: `--sharegpt-output-len` only skips the output minimum. To keep every "
+            "item with vLLM use `vllm_custom.jsonl`."
+        )
+        if sg.total:
+            out.append(
+                f"{_drop_text('SGLang', sg, n)}; it always drops pairs whose prompt or "
+                f"response re-tokenizes to < {SGLANG_SHAREGPT_MIN_LEN} tokens. Use "
+                "`openai.jsonl` to keep them with SGLang."
+            )
+        off = sum(1 for it in plan.single if sg.kept_out_lens.get(it.id, 0) != out_len(it))
+        if off:
+            diffs = Counter(
+                sg.kept_out_lens[it.id] - out_len(it)
+                for it in plan.single
+                if it.id in sg.kept_out_lens
+            )
+            common = ", ".join(f"{d:+d}: {c}" for d, c in sorted(diffs.items()) if d)
+            out.append(
+                f"`sharegpt.json` output lengths: both clients ask for the response re-tokenized, "
+                f"not `max_tokens`; that differs for {off} of {n} items (difference: items — "
+                f"{common or 'dropped items only'}): the response text has no end-of-turn "
+                "token, so it is usually one short. The format has no length field; use "
+                "`openai.jsonl` or `vllm_custom.jsonl` for exact lengths."
+            )
+    out.append(
+        "vLLM `sharegpt` oversamples to `--num-prompts` (default 1000) unless `--no-oversample` "
+        "and shuffles unless `--disable-shuffle` (both in the command below); SGLang always "
+        "shuffles sharegpt data."
+    )
     return out
 
 
@@ -388,33 +521,82 @@ def _block(cmd: list[str]) -> list[str]:
     return ["```bash", " \\\n  ".join(cmd), "```"]
 
 
-def _sglang(backend: str, *args: str, tok: str, ignore_eos: bool) -> list[str]:
-    """A ``sglang.bench_serving`` command; SGLang ignores EOS unless told not to."""
+def _json_arg(obj: dict[str, Any]) -> str:
+    import json
+
+    return "'" + json.dumps(obj, separators=(",", ":")) + "'"
+
+
+_SGLANG_WARMUP = ", after one warm-up (a first row, at most 32 output tokens)"
+_VLLM_WARMUP = ""  # vLLM skips its ready-check request unless --ready-check-timeout-sec
+
+
+def _sglang(backend: str, *args: str, ctx: _Ctx) -> list[str]:
+    """A ``sglang.bench_serving`` command; SGLang ignores EOS unless told not to.
+
+    The native backend takes ``--temperature``; the OpenAI backends ignore that flag and take
+    ``temperature`` from ``--extra-request-body`` (or from the row, in ``openai.jsonl``).
+    """
+    if backend == "sglang":
+        temp = [f"--temperature {_temp(ctx.temperature)}"]
+    else:
+        temp = [f"--extra-request-body {_json_arg({'temperature': ctx.temperature})}"]
     return _block(
         [
             f"python -m sglang.bench_serving --backend {backend}",
             "--base-url <URL> --model <MODEL>",
-            f"--tokenizer {tok}",
+            f"--tokenizer {ctx.tok}",
             *args,
-            *([] if ignore_eos else ["--disable-ignore-eos"]),
+            *temp,
+            *([] if ctx.ignore_eos else ["--disable-ignore-eos"]),
         ]
     )
 
 
-def _vllm(backend: str, endpoint: str, *args: str, tok: str, ignore_eos: bool) -> list[str]:
+def _vllm(backend: str, endpoint: str, *args: str, ctx: _Ctx) -> list[str]:
     """A ``vllm bench serve`` command; vLLM stops at EOS unless told not to."""
     return _block(
         [
             f"vllm bench serve --backend {backend} --endpoint {endpoint}",
             "--base-url <URL> --model <MODEL>",
-            f"--tokenizer {tok}",
+            f"--tokenizer {ctx.tok}",
             *args,
-            *(["--ignore-eos"] if ignore_eos else []),
+            f"--temperature {_temp(ctx.temperature)}",
+            *(["--ignore-eos"] if ctx.ignore_eos else []),
         ]
     )
 
 
-def _commands(fmt: str, plan: Plan, *, tok: str, ignore_eos: bool) -> list[str]:
+def _guidellm(request_format: str, k: int, ctx: _Ctx) -> list[str]:
+    backend = {
+        "kind": "openai_http",
+        "target": "<URL>",
+        "model": "<MODEL>",
+        "request_format": request_format,
+        "extras": {"body": {"temperature": ctx.temperature}},
+    }
+    return _block(
+        [
+            f"guidellm run --backend {_json_arg(backend)}",
+            f"--tokenizer kind=huggingface_auto,model={ctx.tok}",
+            f"--data {_json_arg({'kind': 'json_file', 'path': 'guidellm.jsonl'})}",
+            f"--profile kind=synchronous --constraint kind=max_requests,count={k}",
+        ]
+    )
+
+
+def _aiperf(*args: str, ctx: _Ctx) -> list[str]:
+    return _block(
+        [
+            "aiperf profile --url <URL> --model <MODEL> --endpoint-type chat --streaming",
+            f"--tokenizer {ctx.tok}",
+            *args,
+            f"--extra-inputs temperature:{_temp(ctx.temperature)}",
+        ]
+    )
+
+
+def _commands(fmt: str, plan: Plan, *, ctx: _Ctx) -> list[str]:
     if fmt == "openai":
         k = len(plan.chat)
         return [
@@ -422,15 +604,17 @@ def _commands(fmt: str, plan: Plan, *, tok: str, ignore_eos: bool) -> list[str]:
             "",
             "Request keys only; `provenance.jsonl` gives id, source, cluster and provenance for "
             "the same line number. SGLang keeps file order and sends the first `--num-prompts` "
-            "lines; do not pass `--sharegpt-output-len` (it would replace `max_tokens`).",
+            "lines; do not pass `--sharegpt-output-len` (it would replace `max_tokens`). Every "
+            "row carries `temperature`.",
             "",
             *_sglang(
                 "sglang-oai-chat",
                 "--dataset-name openai --dataset-path openai.jsonl",
                 f"--num-prompts {k}",
-                tok=tok,
-                ignore_eos=ignore_eos,
+                ctx=ctx,
             ),
+            "",
+            _sends(k, ", one a row, `max_completion_tokens` = `max_tokens`" + _SGLANG_WARMUP),
         ]
     if fmt == "vllm_custom":
         k = len(plan.items)
@@ -444,35 +628,45 @@ def _commands(fmt: str, plan: Plan, *, tok: str, ignore_eos: bool) -> list[str]:
                 "--skip-chat-template --custom-output-len -1 --no-oversample",
                 "--disable-shuffle",
                 f"--num-prompts {k}",
-                tok=tok,
-                ignore_eos=ignore_eos,
+                ctx=ctx,
             ),
+            "",
+            _sends(k, ", one a row in file order, `max_tokens` = `output_tokens`" + _VLLM_WARMUP),
         ]
     if fmt == "sharegpt":
         k = len(plan.single)
+        v, sg = ctx.drops["vllm"], ctx.drops["sglang"]
+        known = v.computed
         return [
             f"### `sharegpt.json` — SGLang or vLLM, last user turn only ({k} rows)",
             "",
             "The human turn is raw text: use a chat backend so the server applies the template "
-            "once. vLLM drops pairs outside its length limits (see warnings).",
+            "once. Both clients drop pairs by their own length rules and ask for the "
+            "re-tokenized response length (see warnings).",
             "",
             *_sglang(
                 "sglang-oai-chat",
                 "--dataset-name sharegpt --dataset-path sharegpt.json",
                 f"--num-prompts {k}",
-                tok=tok,
-                ignore_eos=ignore_eos,
+                ctx=ctx,
             ),
+            "",
+            _sends(k - sg.total, f" of {k}, shuffled" + _SGLANG_WARMUP)
+            if known
+            else f"Requests sent: up to {k} (drops not counted: no tokenizer at export).",
             "",
             *_vllm(
                 "openai-chat",
                 "/v1/chat/completions",
                 "--dataset-name sharegpt --dataset-path sharegpt.json",
-                "--no-oversample",
+                "--no-oversample --disable-shuffle",
                 f"--num-prompts {k}",
-                tok=tok,
-                ignore_eos=ignore_eos,
+                ctx=ctx,
             ),
+            "",
+            _sends(k - v.total, f" of {k}, in file order" + _VLLM_WARMUP)
+            if known
+            else f"Requests sent: up to {k} (drops not counted: no tokenizer at export).",
         ]
     if fmt == "token_ids":
         k = len(plan.items)
@@ -483,34 +677,38 @@ def _commands(fmt: str, plan: Plan, *, tok: str, ignore_eos: bool) -> list[str]:
             "dataset; vLLM's `timed_trace` builds random tokens from hashes). Replay it yourself "
             "against a native endpoint: SGLang `POST /generate` with `input_ids` and "
             '`sampling_params: {"max_new_tokens": num_output_tokens}`, or vLLM `/v1/completions` '
-            "with the ids as `prompt` (token-id prompts) and `max_tokens`.",
+            "with the ids as `prompt` (token-id prompts) and `max_tokens`; set `temperature` "
+            f"{_temp(ctx.temperature)} yourself.",
         ]
     if fmt == "guidellm":
         k = len(plan.items)
-        data = '\'{"kind":"json_file","path":"guidellm.jsonl"}\''
-        return [
+        n_chat = len(plan.chat)
+        out = [
             f"### `guidellm.jsonl` — GuideLLM ({k} rows)",
             "",
             "On chat endpoints GuideLLM sends `messages` verbatim (exact history); on "
-            "completions it sends the rendered `prompt`. Rows are not shuffled.",
+            "completions it sends the rendered `prompt`. Rows are not shuffled; `temperature` "
+            "goes in through the backend's `extras`.",
             "",
-            *_block(
-                [
-                    "guidellm run --target <URL> --model <MODEL>",
-                    f"--processor {tok}",
-                    f"--data {data}",
-                    "--request-type chat_completions",
-                    f"--profile synchronous --max-requests {k}",
-                ]
-            ),
+            *_guidellm("/v1/chat/completions", k, ctx),
             "",
-            "For completions use `--request-type text_completions`.",
+            _sends(n_chat, f" of {k} on chat (rows without `messages` fail and are skipped)")
+            if n_chat != k
+            else _sends(k, ", in file order"),
+            "",
+            "For completions (every row, rendered prompt):",
+            "",
+            *_guidellm("/v1/completions", k, ctx),
+            "",
+            _sends(k, ", in file order"),
         ]
+        return out
     if fmt == "aiperf":
         k = len(plan.single)
+        n_turns = sum(len([t for t in user_texts(it) if t]) for it in plan.single)
         extra = (
             'Rows carry `extra: {"ignore_eos": true}`, so `output_length` is the exact length.'
-            if ignore_eos
+            if ctx.ignore_eos
             else "`output_length` is only a cap (no `ignore_eos` in `extra`)."
         )
         return [
@@ -519,25 +717,24 @@ def _commands(fmt: str, plan: Plan, *, tok: str, ignore_eos: bool) -> list[str]:
             "`--custom-dataset-type` applies to a whole file, so the suite comes twice: "
             "`aiperf.jsonl` (single_turn, last user turn only, file order kept) and "
             f"`{AIPERF_MULTI_NAME}` (multi_turn, one session per item with its system prompt and "
-            f"user turns, `session_id` = item id). {extra}",
+            f"user turns, `session_id` = item id, every turn with its `output_length`). {extra} "
+            "Run without `HF_HUB_OFFLINE=1` (see warnings).",
             "",
-            *_block(
-                [
-                    "aiperf profile --url <URL> --model <MODEL> --endpoint-type chat --streaming",
-                    f"--tokenizer {tok}",
-                    "--input-file aiperf.jsonl --custom-dataset-type single_turn",
-                    f"--request-count {k}",
-                ]
+            *_aiperf(
+                "--input-file aiperf.jsonl --custom-dataset-type single_turn",
+                f"--request-count {k}",
+                ctx=ctx,
             ),
             "",
-            *_block(
-                [
-                    "aiperf profile --url <URL> --model <MODEL> --endpoint-type chat --streaming",
-                    f"--tokenizer {tok}",
-                    f"--input-file {AIPERF_MULTI_NAME} --custom-dataset-type multi_turn",
-                    f"--conversation-num {k}",
-                ]
+            _sends(k, ", one a row in file order, `max_completion_tokens` = `output_length`"),
+            "",
+            *_aiperf(
+                f"--input-file {AIPERF_MULTI_NAME} --custom-dataset-type multi_turn",
+                f"--conversation-num {k}",
+                ctx=ctx,
             ),
+            "",
+            _sends(n_turns, f", one a user turn of the {k} sessions"),
         ]
     if fmt == "by_source":
         out = [
@@ -546,7 +743,8 @@ def _commands(fmt: str, plan: Plan, *, tok: str, ignore_eos: bool) -> list[str]:
             "One file per source; output length is a fixed flag, set here to the source's median "
             "`max_tokens`. Both loaders render the chat template themselves, so the rendered "
             "text goes to a completions or native endpoint (a chat endpoint would template it "
-            "twice); SGLang renders with `enable_thinking=False`. SGLang's "
+            "twice). SGLang renders with the template's defaults (`apply_chat_template` with no "
+            "keyword arguments); vLLM applies `--chat-template-kwargs`. SGLang's "
             "`--speed-bench-category` accepts only its own entropy names: pass no category.",
             "",
         ]
@@ -555,6 +753,7 @@ def _commands(fmt: str, plan: Plan, *, tok: str, ignore_eos: bool) -> list[str]:
         for src, group in plan.by_source.items():
             rel = f"by_source/{plan.stems[src]}.jsonl"
             k, med = len(group), _median_out(group)
+            kwargs = _common_kwargs(group)
             out += [
                 f"`{rel}` — source `{src}`, {_count(k, 'row')}:",
                 "",
@@ -562,22 +761,35 @@ def _commands(fmt: str, plan: Plan, *, tok: str, ignore_eos: bool) -> list[str]:
                     "openai",
                     "/v1/completions",
                     f"--dataset-name spec_bench --dataset-path {rel}",
-                    f"--spec-bench-output-len {med} --no-oversample --num-prompts {k}",
-                    tok=tok,
-                    ignore_eos=ignore_eos,
+                    f"--spec-bench-output-len {med} --no-oversample --disable-shuffle",
+                    f"--num-prompts {k}",
+                    *([f"--chat-template-kwargs {_json_arg(kwargs)}"] if kwargs else []),
+                    ctx=ctx,
                 ),
+                "",
+                _sends(k, f", in file order, `max_tokens` {med}" + _VLLM_WARMUP),
                 "",
                 *_sglang(
                     "sglang",
                     f"--dataset-name speed-bench --dataset-path {rel}",
                     f"--speed-bench-output-len {med} --num-prompts {k}",
-                    tok=tok,
-                    ignore_eos=ignore_eos,
+                    ctx=ctx,
                 ),
+                "",
+                _sends(k, f", shuffled, `max_new_tokens` {med}" + _SGLANG_WARMUP),
                 "",
             ]
         return out
     raise ConfigError(f"formats: expected names from {', '.join(FORMATS)}, found {fmt!r}")
+
+
+def _common_kwargs(group: Sequence[SuiteItem]) -> dict[str, Any]:
+    """The ``chat_template_kwargs`` shared by the most items of a source (vLLM takes one set)."""
+    seen = Counter(tuple(sorted((it.chat_template_kwargs or {}).items())) for it in group)
+    if not seen:
+        return {}
+    best = max(seen.items(), key=lambda kv: (kv[1], repr(kv[0])))[0]
+    return dict(best)
 
 
 def _join_section(formats: Sequence[str]) -> list[str]:

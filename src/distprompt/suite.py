@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import tempfile
@@ -18,6 +19,8 @@ from distprompt.records import SuiteItem
 
 if TYPE_CHECKING:
     from distprompt.report import Report
+
+logger = logging.getLogger("distprompt.suite")
 
 __all__ = ["MANIFEST_NAME", "SUITE_NAME", "Suite", "check_out_dir", "prepare_out_dir"]
 
@@ -92,6 +95,8 @@ class Suite:
         *,
         formats: Sequence[str] | None = None,
         overwrite: bool = False,
+        tokenizer: Any = None,
+        temperature: float = 0.0,
     ) -> Path:
         """Write the suite folder: ``suite.jsonl``, client exports, the report files
         (``report.json``, ``report.md``, PNG plots, ``report.html``) and ``manifest.json``.
@@ -103,6 +108,10 @@ class Suite:
             out: Output folder; refused when it exists and is not empty, unless ``overwrite``.
             formats: Client formats to write (default: all, see :data:`distprompt.export.FORMATS`).
             overwrite: Replace an existing non-empty folder.
+            tokenizer: The suite's tokenizer, for RUN.md's per-client ``sharegpt.json`` counts
+                and AIPerf's turn lengths; by default the manifest's tokenizer is loaded again
+                (when it cannot be, RUN.md says the counts are unknown).
+            temperature: Sampling temperature of the client files and commands (0: greedy).
 
         Raises:
             OutputError: ``out`` exists and is not empty, or cannot be written.
@@ -111,13 +120,16 @@ class Suite:
 
         out_path = Path(out)
         fmts = tuple(export.FORMATS if formats is None else formats)
+        tok_name = str(self.manifest.get("tokenizer", {}).get("name", ""))
         with prepare_out_dir(out_path, overwrite=overwrite) as tmp:
             atomic_write_lines(tmp / SUITE_NAME, self.suite_lines())
             files = export.write_exports(
                 self.items,
                 tmp,
                 formats=fmts,
-                tokenizer_name=str(self.manifest.get("tokenizer", {}).get("name", "")),
+                tokenizer_name=tok_name,
+                tokenizer=tokenizer if tokenizer is not None else _reload_tokenizer(tok_name),
+                temperature=temperature,
             )
             failed = _failed_verdict(self.manifest)
             if failed is not None and "run_md" in files:
@@ -274,3 +286,16 @@ def prepare_out_dir(out: Path, *, overwrite: bool) -> Iterator[Path]:
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _reload_tokenizer(name: str) -> Any:
+    """The suite's tokenizer loaded again by name, or None (logged) when it cannot be."""
+    if not name:
+        return None
+    from distprompt.decode import load_tokenizer
+
+    try:
+        return load_tokenizer(name)[0]
+    except (DistpromptError, OSError, ValueError) as exc:
+        logger.warning("tokenizer %r not loadable (%s): RUN.md drop counts unknown", name, exc)
+        return None
