@@ -454,6 +454,7 @@ def _recovery_warnings(plan: Plan, *, formats: Sequence[str]) -> list[str]:
             "the training conversation, and single-turn files (`sharegpt.json`, `aiperf.jsonl`, "
             f"`by_source/`) carry template text as the user turn: {_ids(flat)}."
         )
+    return out
 
 
 def _drop_text(client: str, d: ShareGptDrops, n: int) -> str:
