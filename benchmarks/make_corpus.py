@@ -53,9 +53,9 @@ def _perturb(prompt: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     p = prompt.copy()
     n = p.shape[0]
     if n > 12:
-        for _ in range(int(rng.integers(1, 4))):
+        for _ in range(int(rng.integers(2, 5))):
             i = int(rng.integers(5, n - 6))
-            p[i] = p[int(rng.integers(5, n - 6))] if rng.random() < 0.5 else p[i] + 1
+            p[i] = p[int(rng.integers(5, n - 6))]
     return p
 
 
