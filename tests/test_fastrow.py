@@ -27,7 +27,6 @@ from distprompt.fastrow import FullView, read_row
 from distprompt.sample import scan
 from distprompt.shards import Shard, discover_shards, iter_rows
 from distprompt.validate import parse_row
-
 from test_fuzz import EXAMPLES, REQUIRED, serialize, shards, valid_rows
 from test_hostile import ROW_CASES
 
@@ -231,7 +230,10 @@ def _partial_view(part: Any) -> Any:
         ]
         for s, pool in part.pools.items()
     }
-    stats = {s: (st_.rows, st_.prompt_lengths, st_.trained_turns, st_.flags) for s, st_ in part.stats.items()}
+    stats = {
+        s: (st_.rows, st_.prompt_lengths, st_.trained_turns, st_.flags)
+        for s, st_ in part.stats.items()
+    }
     return (
         pools,
         stats,

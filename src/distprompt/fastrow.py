@@ -137,6 +137,14 @@ class LineView(RowView):
     """A :class:`RowView` over the raw line, checked by :func:`read_row`."""
 
     __slots__ = ("_digits", "_i0", "_i1", "_j0", "_j1", "_limit", "_raw", "_stride")
+    _raw: bytes
+    _i0: int  # input_ids body: raw[_i0:_i1]
+    _i1: int
+    _j0: int  # loss_mask body: raw[_j0:_j1]
+    _j1: int
+    _stride: int  # bytes per loss_mask element (2 for "0,", 3 for "0, ")
+    _digits: int  # no id has more digits
+    _limit: int  # every id is below it
 
     def top_id(self, limit: int) -> int | None:
         if limit >= self._limit:
@@ -177,7 +185,7 @@ def _parse_ints(text: bytes) -> np.ndarray:
     """Comma-separated integers (already checked to be digits and commas) as int64."""
     if not text:
         return np.zeros(0, dtype=np.int64)
-    return np.fromstring(text, dtype=np.int64, sep=",")  # type: ignore[call-overload]
+    return np.fromstring(text, dtype=np.int64, sep=",")
 
 
 class ListView(RowView):
@@ -185,6 +193,8 @@ class ListView(RowView):
     checks, whose fixed cost is a few dozen numpy calls)."""
 
     __slots__ = ("_ids", "_mask")
+    _ids: np.ndarray  # int64
+    _mask: bytes  # one byte (0 or 1) per token
 
     def top_id(self, limit: int) -> int | None:
         top = int(self._ids.max())
@@ -317,9 +327,7 @@ def _runs(dig: np.ndarray, r: int) -> np.ndarray:
     return w
 
 
-def _fast(
-    raw: bytes, shard: str, line: int, offset: int, id_limit: int | None
-) -> LineView | None:
+def _fast(raw: bytes, shard: str, line: int, offset: int, id_limit: int | None) -> LineView | None:
     ids = _body(raw, _IDS)
     if ids is None:
         return None
@@ -416,10 +424,12 @@ def _fast(
         turns = last
     elif stride == 2:
         # "0," and "1," as little-endian uint16: 44 * 256 + 48 and + 49
-        v = np.frombuffer(raw, "<u2", count=seq_len - 1, offset=j0) - np.uint16(11312)
-        if v.max() > 1:
+        pairs = np.frombuffer(raw, "<u2", count=seq_len - 1, offset=j0) - np.uint16(11312)
+        if pairs.max() > 1:
             return None
-        turns = int(v[0]) + int(np.count_nonzero(v[1:] > v[:-1])) + int(last > v[-1])
+        turns = (
+            int(pairs[0]) + int(np.count_nonzero(pairs[1:] > pairs[:-1])) + int(last > pairs[-1])
+        )
     else:
         b = np.frombuffer(raw, np.uint8, count=m, offset=j0)
         ev = b[::3]
