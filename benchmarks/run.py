@@ -320,8 +320,9 @@ def _report(
     return f"""# Benchmark results
 
 Written by `benchmarks/run.py` ({started}); {a.rounds} interleaved rounds.
-Machine: {mach.get("cpu", "?")}, {mach.get("cores")} cores (shared with other work: load average {load0[0]:.1f} at the start,
-{load1[0]:.1f} at the end), {mach.get("memory", "?")}; Python {mach["python"]}, {mach["versions"]}.
+Machine: {mach.get("cpu", "?")}, {mach.get("cores")} cores (shared with other work:
+load average {load0[0]:.1f} at the start, {load1[0]:.1f} at the end),
+{mach.get("memory", "?")}; Python {mach["python"]}, {mach["versions"]}.
 Absolute seconds depend on the load; the ratios of one interleaved run are what this measures.
 
 Corpus: `{a.data}` — {tot.get("rows", 0):,} rows, {tot.get("bytes", 0) / 1e9:.2f} GB,
