@@ -262,14 +262,29 @@ class _Loader:
         self.error: BaseException | None = None
         self.thread: threading.Thread | None = None
 
-    def run(self) -> None:
+    def run(self, *, warm: bool = False) -> None:
         try:
             self.value = load_tokenizer(self.spec)
         except BaseException as exc:  # handed to the caller by result()
             self.error = exc
+            return
+        if warm:  # what selection and the report import, while the pass still runs
+            try:
+                import matplotlib
+
+                matplotlib.use("Agg", force=False)
+                import matplotlib.pyplot
+                import scipy.sparse  # noqa: F401
+                import sklearn.cluster
+                import sklearn.decomposition
+                import sklearn.feature_extraction.text  # noqa: F401
+            except Exception:  # imported again (and reported) where they are used
+                pass
 
     def start(self) -> None:
-        self.thread = threading.Thread(target=self.run, name="distprompt-tokenizer", daemon=True)
+        self.thread = threading.Thread(
+            target=self.run, kwargs={"warm": True}, name="distprompt-tokenizer", daemon=True
+        )
         self.thread.start()
 
     def join(self) -> BaseException | None:
