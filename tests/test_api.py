@@ -18,6 +18,7 @@ def test_all_is_complete_and_importable() -> None:
         "decode",
         "errors",
         "export",
+        "fastrow",
         "pipeline",
         "records",
         "sample",

@@ -7,11 +7,10 @@ Example:
     >>> suite.save("out/")  # doctest: +SKIP
 """
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+
 from distprompt._version import __version__
-from distprompt.bench_import import import_aiperf
-from distprompt.bench_run import BenchInterrupted, BenchResults, bench
-from distprompt.bench_stats import compare as bench_compare
-from distprompt.corpus import CorpusInfo, inspect_corpus
 from distprompt.errors import (
     ConfigError,
     CorruptStreamError,
@@ -23,10 +22,52 @@ from distprompt.errors import (
     TemplateError,
     TokenizerError,
 )
-from distprompt.pipeline import build_suite
-from distprompt.records import Provenance, SuiteItem
-from distprompt.report import Report, render_report
-from distprompt.suite import Suite
+
+if _TYPE_CHECKING:
+    from distprompt.bench_import import import_aiperf
+    from distprompt.bench_run import BenchInterrupted, BenchResults, bench
+    from distprompt.bench_stats import compare as bench_compare
+    from distprompt.corpus import CorpusInfo, inspect_corpus
+    from distprompt.pipeline import build_suite
+    from distprompt.records import Provenance, SuiteItem
+    from distprompt.report import Report, render_report
+    from distprompt.suite import Suite
+
+# Imported on first use: ``import distprompt`` (and every worker process) stays cheap.
+_LAZY = {
+    "BenchInterrupted": "distprompt.bench_run",
+    "BenchResults": "distprompt.bench_run",
+    "bench": "distprompt.bench_run",
+    "bench_compare": "distprompt.bench_stats",
+    "import_aiperf": "distprompt.bench_import",
+    "CorpusInfo": "distprompt.corpus",
+    "inspect_corpus": "distprompt.corpus",
+    "build_suite": "distprompt.pipeline",
+    "Provenance": "distprompt.records",
+    "SuiteItem": "distprompt.records",
+    "Report": "distprompt.report",
+    "render_report": "distprompt.report",
+    "Suite": "distprompt.suite",
+}
+
+#: Public names that differ from the attribute in their module.
+_ATTR = {"bench_compare": "compare"}
+
+
+def __getattr__(name: str) -> _Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'distprompt' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), _ATTR.get(name, name))
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "BenchInterrupted",

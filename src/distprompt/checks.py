@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from distprompt.errors import TemplateError
-from distprompt.records import Row
+from distprompt.fastrow import RowView
 
 __all__ = [
     "MIN_ROUND_TRIP",
@@ -217,7 +217,7 @@ class RowCheck:
     start: tuple[int, ...]
     gen: tuple[int, ...]
 
-    def __call__(self, row: Row) -> list[str]:
+    def __call__(self, row: RowView) -> list[str]:
         out: list[str] = []
         prompt = row.prompt_ids
         if self.start and (
@@ -261,6 +261,7 @@ def count_round_trips(
     first: str | None = None
     for c in cands:
         ids = c.prompt_ids
+        assert ids is not None, "load_candidates() first"
         if ids.size and int(ids.max()) >= vocab_size:
             continue
         n += 1
@@ -431,22 +432,28 @@ def run_checks(
     name: str,
     *,
     has_chat_template: bool,
+    shards: Sequence[Any],
+    seed: int = 0,
     round_trip_sample: int = ROUND_TRIP_SAMPLE,
 ) -> tuple[TokenizerFigures, dict[str, tuple[int, int, str | None]]]:
     """Judge the tokenizer on a finished pass (``part``, scanned with ``checks``).
 
     The round trip decodes and re-encodes the first ``round_trip_sample`` candidates of each
-    source's pool (a uniform sample of its unique prompts, kept by the pass anyway), so no
-    second pass over the corpus is needed.
+    source's pool (a uniform sample of its unique prompts, kept by the pass anyway; their ids
+    are read back from ``shards`` by offset), so no second pass over the corpus is needed.
 
     Returns:
         The :class:`TokenizerFigures` and the round trips per source
         (``(ok, sampled, first failing shard:line)``).
     """
     total_rows = sum(st.rows for st in part.stats.values())
+    from distprompt.sample import load_candidates
+
     round_trips = {
         src: count_round_trips(
-            tok, part.pools[src].candidates()[:round_trip_sample], checks.vocab_size
+            tok,
+            load_candidates(part.pools[src].candidates()[:round_trip_sample], shards, seed=seed),
+            checks.vocab_size,
         )
         for src in sorted(part.stats)
     }

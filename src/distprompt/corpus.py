@@ -332,6 +332,8 @@ def inspect_corpus(
             tok,
             tinfo.name,
             has_chat_template=tinfo.has_chat_template,
+            shards=shards,
+            seed=seed,
             round_trip_sample=round_trip_sample,
         )
     sources: dict[str, SourceFigures] = {}

@@ -7,6 +7,7 @@ import hashlib
 import logging
 import os
 import platform
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,7 +21,7 @@ from distprompt.errors import InputError, TokenizerError
 from distprompt.metrics import SourceEvidence, measure_source
 from distprompt.records import Candidate, SuiteItem
 from distprompt.report import build_report
-from distprompt.sample import Partial, SourceStats, histogram_quantiles, scan
+from distprompt.sample import Partial, SourceStats, histogram_quantiles, load_candidates, scan
 from distprompt.select import select
 from distprompt.shards import Shard, find_shards
 from distprompt.stratify import Quota, allocate
@@ -141,8 +142,12 @@ def build_suite(
     tok, tinfo = load_tokenizer(tokenizer)
     found = find_shards(data, warn=_warn, glob=config.glob)
     shards = found.shards
+    # The row checks need the template's markers, so the tokenizer is loaded before the pass.
+    # On a large corpus the pass runs in a worker process while this one imports what
+    # selection and the report need.
     checks = prepare_checks(tok, tinfo.vocab_size)
     skip = config.on_error == "skip"
+    big = sum(s.size for s in shards) >= _OVERLAP_BYTES
     part = scan(
         shards,
         max_candidates=config.max_candidates,
@@ -153,10 +158,18 @@ def build_suite(
         workers=config.workers,
         progress=progress,
         check=checks.row_check,
+        processes=big or None,
+        on_started=_start_warm_imports if big else None,
     )
     # The checks inspect runs, on this pass (the round trip samples the candidate pools).
     verdict, _ = run_checks(
-        checks, part, tok, tinfo.name, has_chat_template=tinfo.has_chat_template
+        checks,
+        part,
+        tok,
+        tinfo.name,
+        has_chat_template=tinfo.has_chat_template,
+        shards=shards,
+        seed=config.seed,
     )
     if verdict.mismatch is not None:
         if config.check_tokenizer:
@@ -210,6 +223,8 @@ def build_suite(
     for source in sorted(part.stats):
         cands = part.pools[source].candidates()
         chosen, evidence[source] = _select_source(cands, quotas[source], config, part.stats[source])
+        loaded = load_candidates([c for c, _, _ in chosen], shards, seed=config.seed)
+        chosen = [(c, size, w) for c, (_, size, w) in zip(loaded, chosen, strict=True)]
         selected_counts[source] = len(chosen)
         for cluster, (cand, size, weight) in enumerate(chosen):
             items.append(
@@ -262,6 +277,29 @@ def _failed_banner(verdict: TokenizerFigures) -> str:
         f"TOKENIZER CHECK FAILED ({failed}; written with --no-tokenizer-check): the prompts may "
         "not be the data's, see manifest.json tokenizer_check."
     )
+
+
+#: Corpora at least this large are read in a worker process while this one warms imports.
+_OVERLAP_BYTES = 64 << 20
+
+
+def _warm_imports() -> None:
+    """Import what selection and the report use (seconds), while the pass still runs."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot
+        import scipy.sparse  # noqa: F401
+        import sklearn.cluster
+        import sklearn.decomposition
+        import sklearn.feature_extraction.text  # noqa: F401
+    except Exception:  # imported again (and reported) where they are used
+        pass
+
+
+def _start_warm_imports() -> None:
+    threading.Thread(target=_warm_imports, name="distprompt-imports", daemon=True).start()
 
 
 def _template_summary(profile: Any) -> dict[str, Any] | None:
@@ -318,8 +356,9 @@ def _select_source(
         ev = measure_source(cands, range(n), [1.0 / n] * n, stats=stats, seed=config.seed)
         return every, ev
     feats = vectorize(
-        [c.prompt_ids for c in cands],
-        response_lengths=[len(c.response_ids) for c in cands],
+        [c.feature_ids for c in cands],
+        lengths=[c.n_prompt_tokens for c in cands],
+        response_lengths=[c.first_response_length for c in cands],
         dims=config.lsa_dims,
         length_weight=config.length_weight,
         seed=config.seed,
@@ -351,6 +390,8 @@ def _make_item(
     profile: Any,
     config: Config,
 ) -> SuiteItem:
+    assert cand.prompt_ids is not None and cand.prompt_mask is not None
+    assert cand.response_ids is not None
     prompt_ids = [int(i) for i in cand.prompt_ids]
     max_tokens = max(1, int(cand.response_ids.shape[0]))
     if config.max_output_tokens is not None:
