@@ -41,6 +41,29 @@ Data = Annotated[
 Workers = Annotated[int, typer.Option(help="Processes reading shards in parallel.", min=1)]
 
 
+class EngineName(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
+EngineOpt = Annotated[
+    EngineName,
+    typer.Option(
+        "--engine",
+        help="Where the pass runs: local (this machine, --workers processes) or ray (one Ray "
+        "task per shard; pip install 'distprompt[ray]'). Same result either way.",
+    ),
+]
+RayAddress = Annotated[
+    str | None,
+    typer.Option(
+        "--ray-address",
+        help="Ray cluster for --engine ray (auto, host:6379, ray://host:10001); default: "
+        "RAY_ADDRESS, else start or join a Ray on this machine.",
+    ),
+]
+
+
 class OnError(str, Enum):
     raise_ = "raise"
     skip = "skip"
@@ -123,6 +146,8 @@ def export(
         str | None, typer.Option(help="Comma-separated client formats (default: all).")
     ] = None,
     workers: Workers = 1,
+    engine: EngineOpt = EngineName.local,
+    ray_address: RayAddress = None,
     no_turns: Annotated[bool, typer.Option("--no-turns", help="Skip chat-turn recovery.")] = False,
     overwrite: Annotated[
         bool,
@@ -155,6 +180,8 @@ def export(
         method=method.value,
         max_output_tokens=max_output_tokens,
         workers=workers,
+        engine=engine.value,
+        ray_address=ray_address,
         recover_turns=not no_turns,
         progress=progress and sys.stderr.isatty(),
         warn=_warn,
@@ -210,6 +237,8 @@ def inspect_cmd(
         bool, typer.Option("--json", help="Print one JSON object instead of the table.")
     ] = False,
     workers: Workers = 1,
+    engine: EngineOpt = EngineName.local,
+    ray_address: RayAddress = None,
 ) -> None:
     """Show what is in a corpus, from one streaming pass: sources, shares, lengths, anomalies."""
     from distprompt.corpus import inspect_corpus
@@ -218,6 +247,8 @@ def inspect_cmd(
         data if len(data) > 1 else data[0],
         tokenizer=tokenizer,
         workers=workers,
+        engine=engine.value,
+        ray_address=ray_address,
         progress=sys.stderr.isatty(),
     )
     if json_out:

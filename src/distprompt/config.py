@@ -33,6 +33,8 @@ class Config:
     length_weight: float = 1.0
     workers: int = 1
     recover_turns: bool = True
+    engine: str = "local"
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         if self.total is not None and self.per_source is not None:
@@ -75,6 +77,9 @@ class Config:
                 raise ConfigError(
                     f"expected {name} to be {expected}, found {getattr(self, name)!r}"
                 )
+        from distprompt.engine import require_engine
+
+        require_engine(self.engine)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

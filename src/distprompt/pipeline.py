@@ -61,6 +61,8 @@ def build_suite(
     max_output_tokens: int | None = None,
     near_duplicate: float = 0.95,
     workers: int = 1,
+    engine: str = "local",
+    ray_address: str | None = None,
     recover_turns: bool = True,
     progress: bool = False,
     warn: Callable[[str], None] | None = None,
@@ -81,6 +83,10 @@ def build_suite(
         max_output_tokens: Cap on each item's ``max_tokens``.
         near_duplicate: TF-IDF cosine at which two prompts count as near-duplicates.
         workers: Processes reading shards in parallel (does not change the result).
+        engine: ``local`` (this machine) or ``ray`` (Ray tasks, one per shard; needs
+            ``pip install 'distprompt[ray]'``); does not change the result.
+        ray_address: The Ray cluster for ``engine="ray"``; None starts or joins a Ray on this
+            machine (see :func:`distprompt.engine.connect_ray`).
         recover_turns: Recover chat ``messages`` and check fidelity (needs a chat template).
         progress: Show progress bars on stderr.
         warn: Called with each warning as it arises (the CLI prints them).
@@ -114,6 +120,8 @@ def build_suite(
         near_duplicate=near_duplicate,
         workers=workers,
         recover_turns=recover_turns,
+        engine=engine,
+        ray_address=ray_address,
     )
     warnings: list[str] = []
 
@@ -135,7 +143,11 @@ def build_suite(
         tokenizer_name=tinfo.name,
         workers=config.workers,
         progress=progress,
+        engine=config.engine,
+        ray_address=config.ray_address,
     )
+    for name, why in sorted(part.failed.items()):
+        _warn(f"{name}: left out (--on-error skip): {why}")
     _check_vocab(part, tinfo)
     if part.skipped:
         total_skipped = sum(part.skipped.values())
@@ -389,7 +401,8 @@ def _manifest(
         }
     data_spec = sorted(str(d) for d in data) if isinstance(data, (list, tuple)) else str(data)
     cfg = config.to_dict()
-    cfg.pop("workers")  # how the pass ran, not what it computed
+    for how in ("workers", "engine", "ray_address"):
+        cfg.pop(how)  # how the pass ran, not what it computed
     return {
         "distprompt_version": __version__,
         "versions": {
@@ -415,6 +428,8 @@ def _manifest(
             "skipped": dict(sorted(part.skipped.items())),
             "first_skipped": dict(sorted(part.first_skip.items())),
             "anomalies": dict(sorted(part.anomalies.items())),
+            # Only when some shard was left out: a complete run's manifest does not change.
+            **({"failed_shards": dict(sorted(part.failed.items()))} if part.failed else {}),
         },
         "sources": sources,
         "warnings": list(warnings),

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from distprompt.errors import DataError, TokenizerError
+from distprompt.errors import CorruptStreamError, DataError, InputError, TokenizerError
 from distprompt.records import Candidate, Row
 from distprompt.shards import DEFAULT_MAX_LINE_BYTES, Shard, iter_rows
 
@@ -188,6 +188,7 @@ class Partial:
     anomalies: Counter[str] = field(default_factory=Counter)
     first_anomaly: dict[str, str] = field(default_factory=dict)
     shard_rows: dict[str, int] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)  # shard -> why its task kept failing
 
     def merge(self, other: Partial) -> Partial:
         for src, st in other.stats.items():
@@ -203,6 +204,7 @@ class Partial:
             for reason, where in od.items():
                 d[reason] = min(d.get(reason, where), where, key=_where_key)
         self.shard_rows.update(other.shard_rows)
+        self.failed.update(other.failed)
         return self
 
 
@@ -326,11 +328,14 @@ def _flag(part: Partial, row: Row, reason: str) -> None:
     part.stats[row.source].flags[reason] += 1
 
 
-def _scan_star(args: tuple[Shard, dict[str, Any]]) -> Partial | DataError | TokenizerError:
+def _scan_star(
+    args: tuple[Shard, dict[str, Any]],
+) -> Partial | DataError | TokenizerError | CorruptStreamError:
     shard, kwargs = args
     try:
         return scan_shard(shard, **kwargs)
-    except (DataError, TokenizerError) as exc:
+    # Returned, not raised: these do not change on a retry (an engine retries what is raised).
+    except (DataError, TokenizerError, CorruptStreamError) as exc:
         return exc
 
 
@@ -365,12 +370,17 @@ def scan(
     progress: bool = False,
     check: Callable[[Row], Iterable[str]] | None = None,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    engine: str = "local",
+    ray_address: str | None = None,
 ) -> Partial:
-    """One pass over all shards, in parallel processes when ``workers > 1``.
+    """One pass over all shards, in parallel processes when ``workers > 1``, or as Ray tasks
+    with ``engine="ray"`` (see :mod:`distprompt.engine`; ``workers`` is then unused).
 
     The first error in shard order is raised (or, skipping, every bad row is counted); the
-    merged result is the same for any worker count. On an error or an interruption the worker
-    processes are stopped at once rather than left to finish their shards.
+    merged result is the same for any worker count and engine. On an error or an interruption
+    the worker processes (or Ray tasks) are stopped at once rather than left to finish their
+    shards. A shard whose Ray task keeps failing raises :class:`InputError` naming it, or, when
+    skipping, is left out and recorded in ``failed``.
     """
     from tqdm import tqdm  # plain text bar: the CLI is its only user (tqdm.auto warns in notebooks)
 
@@ -392,9 +402,11 @@ def scan(
         disable=not progress,
         leave=False,
     )
-    results: Iterable[Partial | DataError | TokenizerError]
+    results: Iterable[Partial | DataError | TokenizerError | CorruptStreamError]
     try:
-        if workers > 1 and len(shards) > 1:
+        if engine == "ray":
+            _scan_on_ray(shards, kwargs, total, bar=bar, skip=skip_bad_rows, address=ray_address)
+        elif workers > 1 and len(shards) > 1:
             from concurrent.futures import ProcessPoolExecutor
 
             with (
@@ -423,3 +435,38 @@ def scan(
     finally:
         bar.close()
     return total
+
+
+def _scan_on_ray(
+    shards: Sequence[Shard],
+    kwargs: dict[str, Any],
+    total: Partial,
+    *,
+    bar: Any,
+    skip: bool,
+    address: str | None,
+) -> None:
+    from distprompt.engine import UnitFailure, ray_map
+
+    results = ray_map(
+        _scan_star,
+        [(s, kwargs) for s in shards],
+        names=[s.name for s in shards],
+        address=address,
+        on_done=lambda i: bar.update(shards[i].size),
+    )
+    with contextlib.closing(results):
+        for res in results:
+            if isinstance(res, UnitFailure):
+                found = f"its Ray task failed {res.attempts} times ({res.reason})"
+                if not skip:
+                    raise InputError(
+                        f"{res.name}: expected the shard's Ray task to finish, found {found}; "
+                        "see the worker logs (ray logs), fix the cause, or run with "
+                        "--on-error skip to leave the shard out"
+                    )
+                total.failed[res.name] = found
+                continue
+            if isinstance(res, Exception):
+                raise res
+            total.merge(res)
