@@ -218,3 +218,10 @@ def test_engine_ray_without_ray_says_how_to_install(
     assert "pip install 'distprompt[ray]'" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="one of local, ray"):
         build_suite(tmp_path, tokenizer=qwen_dir, engine="spark")
+
+
+def test_url_shards_are_read_by_the_workers(ray_cluster: None, multi_shard: Path) -> None:
+    local = scan(discover_shards(multi_shard), max_candidates=12, skip_bad_rows=True)
+    urls = discover_shards(multi_shard.as_uri())
+    assert all(s.url for s in urls)
+    _same(local, scan(urls, max_candidates=12, skip_bad_rows=True, engine="ray"))

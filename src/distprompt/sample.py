@@ -448,9 +448,11 @@ def _scan_on_ray(
 ) -> None:
     from distprompt.engine import UnitFailure, ray_map
 
+    # Workers do not run in this directory (on a cluster, not even on this machine).
+    where = [s if s.url is not None else replace(s, path=s.path.absolute()) for s in shards]
     results = ray_map(
         _scan_star,
-        [(s, kwargs) for s in shards],
+        [(s, kwargs) for s in where],
         names=[s.name for s in shards],
         address=address,
         on_done=lambda i: bar.update(shards[i].size),

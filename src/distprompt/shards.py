@@ -73,6 +73,7 @@ class Shard:
     path: Path
     name: str  # relative to DATA, with "/"
     size: int
+    url: str | None = None  # an fsspec URL (s3://…) that is read instead of path (see remote.py)
 
 
 def _is_shard(p: Path) -> bool:
@@ -109,6 +110,10 @@ def discover_shards(
     specs = [data] if isinstance(data, (str, os.PathLike)) else list(data)
     if not specs:
         raise InputError("expected DATA (a directory, a glob or files), found nothing")
+    from distprompt.remote import discover_urls, is_url
+
+    if any(is_url(str(spec)) for spec in specs):
+        return discover_urls([str(spec) for spec in specs], warn=say)
     found: dict[Path, Shard] = {}
     for spec in specs:
         for shard in _discover_one(str(spec), warn=say):
@@ -265,22 +270,30 @@ def _check_suffix(p: Path) -> None:
             )
 
 
-def open_shard(path: Path) -> IO[bytes]:
-    """Open a shard as a binary stream of uncompressed bytes.
+def open_shard(path: Path | str) -> IO[bytes]:
+    """Open a shard (a path, or an fsspec URL) as a binary stream of uncompressed bytes.
 
     Raises:
         InputError: The file cannot be opened.
     """
-    name = path.name
-    try:
+    from distprompt.remote import is_url, open_url
+
+    if isinstance(path, str) and is_url(path):
+        name, raw = path, open_url(path)
         if name.endswith(".gz"):
-            return gzip.open(path, "rb")  # type: ignore[return-value]  # owns the file it opens
-        raw = open(path, "rb")  # noqa: SIM115 - returned to the caller
-    except OSError as exc:
-        raise InputError(
-            f"{path}: expected a readable file, found {exc.strerror or exc}; fix its permissions "
-            "or leave it out of DATA"
-        ) from exc
+            return _OwningGzipFile(raw)  # type: ignore[return-value]
+    else:
+        path = Path(path)
+        name = path.name
+        try:
+            if name.endswith(".gz"):
+                return gzip.open(path, "rb")  # type: ignore[return-value]  # owns the file
+            raw = open(path, "rb")  # noqa: SIM115 - returned to the caller
+        except OSError as exc:
+            raise InputError(
+                f"{path}: expected a readable file, found {exc.strerror or exc}; fix its "
+                "permissions or leave it out of DATA"
+            ) from exc
     if name.endswith(".zst"):
         import zstandard
 
@@ -294,6 +307,20 @@ def open_shard(path: Path) -> IO[bytes]:
         stream.source = source
         return stream
     return raw
+
+
+class _OwningGzipFile(gzip.GzipFile):
+    """A gzip stream over an open file object that it closes with itself."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        super().__init__(fileobj=raw, mode="rb")
+        self._raw = raw
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
 
 
 class _WholeZstdFile:
@@ -342,7 +369,7 @@ def _zstd_problem(fh: IO[bytes]) -> tuple[str | None, int]:
     A file cut inside a frame is read to its end (the decompressor returns what it can); garbage
     or a corrupt block header stops reading where it starts. ``fh`` is left at offset 0.
     """
-    size = os.fstat(fh.fileno()).st_size
+    size = fh.seek(0, io.SEEK_END)  # not fstat: a remote (fsspec) file has no descriptor
     pos = 0
 
     def at(offset: int, n: int) -> bytes | None:
@@ -440,7 +467,7 @@ def iter_lines(
     """
     lineno = 0
     offset = 0
-    with open_shard(shard.path) as fh:
+    with open_shard(shard.url or shard.path) as fh:
         try:
             while True:
                 line, size = _next_line(fh, max_line_bytes)
