@@ -130,7 +130,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def ray_map(
-    fn: Callable[[T], R],
+    fn: Callable[..., R],
     args: Sequence[T],
     *,
     names: Sequence[str],
@@ -138,8 +138,10 @@ def ray_map(
     on_done: Callable[[int], None] | None = None,
     max_retries: int = MAX_RETRIES,
     window: int | None = None,
+    shared: Any = None,
 ) -> Generator[R | UnitFailure, None, None]:
-    """``fn(arg)`` for each arg as Ray tasks; results in the order of ``args``.
+    """``fn(arg)`` (or ``fn(arg, shared)``) for each arg as Ray tasks; results in the order of
+    ``args``.
 
     Args:
         fn: A picklable function (module level); it runs in Ray workers.
@@ -150,6 +152,8 @@ def ray_map(
         max_retries: Ray retries of a task whose worker died or that raised an ``OSError``.
         window: Tasks submitted ahead of the next result to yield; default twice the cluster's
             CPUs.
+        shared: When not None, put once in Ray's object store and passed to every call as the
+            second argument (a tokenizer, say, instead of one copy per task).
 
     Yields:
         ``fn(args[i])`` for ``i = 0, 1, …``, or a :class:`UnitFailure` for a unit whose worker
@@ -170,13 +174,14 @@ def ray_map(
     n = len(args)
     if window is None:
         window = max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
+    extra = () if shared is None else (ray.put(shared),)
     refs: dict[int, Any] = {}
     finished: set[int] = set()
     submitted = nxt = 0
     try:
         while nxt < n:
             while submitted < n and submitted - nxt < window:
-                refs[submitted] = task.remote(args[submitted])
+                refs[submitted] = task.remote(args[submitted], *extra)
                 submitted += 1
             if nxt not in finished:
                 waiting = {refs[i]: i for i in refs if i not in finished}

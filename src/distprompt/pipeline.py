@@ -185,25 +185,17 @@ def build_suite(
     if config.recover_turns:
         profile = _learn_profile(tok, tinfo, _warn)
 
-    items: list[SuiteItem] = []
+    picks: list[_Pick] = []
     selected_counts: dict[str, int] = {}
     evidence: dict[str, SourceEvidence | None] = {}
     for source in sorted(part.stats):
         cands = part.pools[source].candidates()
         chosen, evidence[source] = _select_source(cands, quotas[source], config, part.stats[source])
         selected_counts[source] = len(chosen)
-        for cluster, (cand, size, weight) in enumerate(chosen):
-            items.append(
-                _make_item(
-                    cand,
-                    cluster=cluster,
-                    size=size,
-                    weight=weight,
-                    tokenizer=tok,
-                    profile=profile,
-                    config=config,
-                )
-            )
+        picks.extend(
+            (cand, cluster, size, weight) for cluster, (cand, size, weight) in enumerate(chosen)
+        )
+    items = _make_items(picks, tokenizer=tok, profile=profile, config=config, warn=_warn)
 
     manifest = _manifest(
         config, tinfo, shards, part, quotas, selected_counts, items, warnings, data=data
@@ -303,6 +295,62 @@ def _select_source(
         seed=config.seed,
     )
     return chosen, ev
+
+
+#: A selected candidate and its cluster index, cluster size and weight.
+_Pick = tuple[Candidate, int, int, float]
+
+
+def _make_batch(picks: Sequence[_Pick], shared: tuple[Any, Any, Config]) -> list[SuiteItem]:
+    tokenizer, profile, config = shared
+    return [
+        _make_item(
+            cand,
+            cluster=cluster,
+            size=size,
+            weight=weight,
+            tokenizer=tokenizer,
+            profile=profile,
+            config=config,
+        )
+        for cand, cluster, size, weight in picks
+    ]
+
+
+def _make_items(
+    picks: list[_Pick],
+    *,
+    tokenizer: Any,
+    profile: Any,
+    config: Config,
+    warn: Callable[[str], None],
+) -> list[SuiteItem]:
+    """Decode the picks (and recover their turns) here, or with ``engine="ray"`` as one Ray task
+    per CPU of the cluster over consecutive picks, in order: the same items either way."""
+    shared = (tokenizer, profile, config)
+    if config.engine != "ray" or len(picks) < 2:
+        return _make_batch(picks, shared)
+    import contextlib
+
+    from distprompt.engine import UnitFailure, connect_ray, ray_map
+
+    ray = connect_ray(config.ray_address)
+    n = max(1, min(len(picks), int(ray.cluster_resources().get("CPU", 1))))
+    step = -(-len(picks) // n)
+    batches = [picks[i : i + step] for i in range(0, len(picks), step)]
+    names = [f"items {i + 1}-{min(i + step, len(picks))}" for i in range(0, len(picks), step)]
+    items: list[SuiteItem] = []
+    results = ray_map(_make_batch, batches, names=names, address=config.ray_address, shared=shared)
+    with contextlib.closing(results):
+        for batch, res in zip(batches, results, strict=True):
+            if isinstance(res, UnitFailure):
+                warn(
+                    f"decoding {res.name} on Ray failed {res.attempts} times ({res.reason}); "
+                    "decoded on the driver instead"
+                )
+                res = _make_batch(batch, shared)
+            items.extend(res)
+    return items
 
 
 def _make_item(
