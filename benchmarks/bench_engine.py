@@ -22,6 +22,7 @@ import argparse
 import hashlib
 import json
 import logging
+import os
 import resource
 import statistics
 import subprocess
@@ -63,13 +64,14 @@ def child(config: str, data: str, k: int) -> None:
     engine, workers = config.split("-")
     start = 0.0
     if engine == "ray":
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # listen on 127.0.0.1
         import ray
 
         t = time.perf_counter()
         ray.init(
+            address="local",
             num_cpus=int(workers),
             include_dashboard=False,
-            _node_ip_address="127.0.0.1",
             logging_level=logging.WARNING,
         )
         start = time.perf_counter() - t

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 from collections.abc import Iterator
@@ -16,13 +17,14 @@ from distprompt import build_suite
 from distprompt.cli import main
 from distprompt.corpus import inspect_corpus
 from distprompt.errors import ConfigError, DataError, InputError
-from distprompt.records import Row
 from distprompt.sample import Partial, scan
-from distprompt.shards import discover_shards
+from distprompt.shards import discover_shards, iter_lines
 
 from conftest import SAMPLES_DIR
 from factories import chat_rows, write_shard
 
+# The Ray started here listens on 127.0.0.1 only (set before Ray is imported).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 ray = pytest.importorskip(
     "ray", reason="Ray is not installed: pip install -e '.[test]' (it brings distprompt[ray])"
 )
@@ -35,10 +37,7 @@ def ray_cluster() -> Iterator[None]:
 
     if not ray.is_initialized():
         ray.init(
-            num_cpus=2,
-            include_dashboard=False,
-            _node_ip_address="127.0.0.1",
-            logging_level=logging.WARNING,
+            address="local", num_cpus=2, include_dashboard=False, logging_level=logging.WARNING
         )
     # Ray workers unpickle the checks below by value: they cannot import this test module.
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -132,15 +131,19 @@ def test_first_bad_row_in_shard_order_is_the_error_on_ray(
 
 @dataclass(frozen=True)
 class KillWorker:
-    """A row check that kills its own Ray worker process (SIGKILL) at a row of one shard — once,
-    when ``marker`` is given (the file records that it happened), else on every attempt."""
+    """A row check that kills its own Ray worker process (SIGKILL) at a row of one shard (by
+    line, or by byte offset inside a split shard) — once, when ``marker`` is given (the file
+    records that it happened), else on every attempt."""
 
     shard: str
-    line: int
+    line: int = 0
     marker: str | None = None
+    offset: int | None = None
 
-    def __call__(self, row: Row) -> tuple[str, ...]:
-        if row.provenance.shard == self.shard and row.provenance.line == self.line:
+    def __call__(self, row: Any) -> tuple[str, ...]:
+        p = row.provenance
+        at = p.offset == self.offset if self.offset is not None else p.line == self.line
+        if p.shard == self.shard and at:
             if self.marker is not None:
                 try:
                     os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
@@ -225,3 +228,43 @@ def test_url_shards_are_read_by_the_workers(ray_cluster: None, multi_shard: Path
     urls = discover_shards(multi_shard.as_uri())
     assert all(s.url for s in urls)
     _same(local, scan(urls, max_candidates=12, skip_bad_rows=True, engine="ray"))
+
+
+def test_byte_ranges_of_a_shard_on_ray_match_local(ray_cluster: None, multi_shard: Path) -> None:
+    shards = discover_shards(multi_shard)
+    local = scan(shards, max_candidates=12, skip_bad_rows=True)
+    # Ranges of 4 KiB: the plain shards (one with a bad row and a blank line) become many units.
+    on_ray = scan(shards, max_candidates=12, skip_bad_rows=True, engine="ray", unit_bytes=4096)
+    _same(local, on_ray)
+    assert on_ray.first_skip == {"missing_loss_mask": "chat/part0.jsonl:5"}
+
+
+def test_a_failing_byte_range_leaves_out_its_rows_only(
+    ray_cluster: None, multi_shard: Path
+) -> None:
+    shard = next(s for s in discover_shards(multi_shard) if s.name == "code/part0.jsonl")
+    lines = {offset: n for n, offset, _ in iter_lines(shard)}
+    offsets = sorted(lines)
+    victim = offsets[len(offsets) // 2]
+    killer = KillWorker(shard=shard.name, offset=victim)
+    part = scan(
+        [shard],
+        max_candidates=1000,
+        skip_bad_rows=True,
+        engine="ray",
+        unit_bytes=4096,
+        check=killer,
+    )
+    [(name, why)] = part.failed.items()
+    m = re.fullmatch(r"code/part0\.jsonl \(bytes (\d+)-(\d+)\)", name)
+    assert m and "failed 4 times" in why
+    start, end = int(m[1]), int(m[2])
+    assert start <= victim < end
+    lost = sum(1 for o in offsets if start <= o < end)
+    assert part.stats["code"].rows == len(offsets) - lost
+    # The units after the failed one still stamp exact line numbers.
+    cands = part.pools["code"].candidates()
+    assert any(c.provenance.offset >= end for c in cands)
+    for c in cands:
+        assert lines[c.provenance.offset] == c.provenance.line
+        assert not start <= c.provenance.offset < end

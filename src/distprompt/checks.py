@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from distprompt.errors import TemplateError
-from distprompt.records import Row
+from distprompt.fastrow import RowView
 
 __all__ = [
     "MIN_ROUND_TRIP",
@@ -178,10 +178,9 @@ class RowCheck:
     start: tuple[int, ...]
     gen: tuple[int, ...]
 
-    def __call__(self, row: Row) -> list[str]:
+    def __call__(self, row: RowView) -> list[str]:
         out: list[str] = []
-        ids = row.input_ids
-        if ids.size and int(ids.max()) >= self.vocab_size:
+        if row.top_id(self.vocab_size) is not None:
             out.append("id_out_of_vocab")
         prompt = row.prompt_ids
         if self.start and (

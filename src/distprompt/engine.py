@@ -24,8 +24,11 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import sys
+import tempfile
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from distprompt.errors import ConfigError
@@ -90,27 +93,30 @@ def connect_ray(address: str | None = None) -> Any:
     A Ray that is already initialized in this process (``ray.init`` called by the user) is used
     as it is. Otherwise ``address`` (``auto``, ``host:6379``, ``ray://host:10001``) is joined; with
     None, ``RAY_ADDRESS`` when it is set, else a Ray started with ``ray start`` on this machine,
-    else a new local Ray bound to 127.0.0.1. distprompt leaves it running (the process's exit
-    stops a Ray it started).
+    else a new local Ray that listens on 127.0.0.1 only. distprompt leaves it running (the
+    process's exit stops a Ray it started).
 
     Raises:
         ConfigError: Ray is not installed.
         InputError: The cluster cannot be reached.
     """
     require_engine("ray")
+    private = address is None and not os.environ.get("RAY_ADDRESS") and not _ray_started_here()
+    if private and "ray" not in sys.modules:
+        # A Ray started for this process listens on 127.0.0.1 only: without this Ray binds the
+        # machine's network address (it treats 127.0.0.1 as "this node" and resolves it).
+        os.environ.setdefault(_LOOPBACK_ENV, "0")
     import ray
 
     if ray.is_initialized():
         return ray
     kwargs: dict[str, Any] = {
-        "address": address,
+        "address": "local" if private else address,
         "logging_level": logging.WARNING,
         "log_to_driver": True,
     }
-    if address is None and not os.environ.get("RAY_ADDRESS"):
-        # Started here, a Ray needs no dashboard and no address outside this machine.
+    if private:
         kwargs["include_dashboard"] = False
-        kwargs["_node_ip_address"] = "127.0.0.1"
     try:
         ray.init(**kwargs)
     except ConnectionError as exc:
@@ -121,6 +127,16 @@ def connect_ray(address: str | None = None) -> Any:
             "--ray-address (host:6379, ray://host:10001 or auto) and that the cluster is up"
         ) from exc
     return ray
+
+
+#: Ray's switch for multi-node clusters; "0" makes a Ray started here use the loopback address.
+_LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def _ray_started_here() -> bool:
+    """Whether ``ray start`` runs a cluster on this machine (its address file exists)."""
+    tmp = os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()
+    return Path(tmp, "ray", "ray_current_cluster").is_file()
 
 
 def _reason(exc: BaseException) -> str:

@@ -10,6 +10,7 @@ candidate. Memory is bounded by ``k`` candidates per source and by the number of
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import heapq
 import logging
@@ -22,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from distprompt.errors import CorruptStreamError, DataError, InputError, TokenizerError
+from distprompt.fastrow import RowView, read_row
 from distprompt.records import Candidate, Row
-from distprompt.shards import DEFAULT_MAX_LINE_BYTES, Shard, iter_rows
+from distprompt.shards import DEFAULT_MAX_LINE_BYTES, Shard, iter_rows, open_shard, split_shard
 
 __all__ = [
     "BottomK",
@@ -138,6 +140,13 @@ class BottomK:
         self.saturated = self.saturated or other.saturated
         return self
 
+    def rebase(self, shard: str, base: int) -> None:
+        """Shift the line numbers of the entries read from ``shard`` by ``base``."""
+        for key, c in self._entries.items():
+            p = c.provenance
+            if p.shard == shard:
+                self._entries[key] = replace(c, provenance=replace(p, line=p.line + base))
+
     def candidates(self) -> list[Candidate]:
         """Kept entries sorted by key (a deterministic, order-free order)."""
         return [self._entries[k] for k in sorted(self._entries)]
@@ -203,14 +212,63 @@ class Partial:
         ):
             for reason, where in od.items():
                 d[reason] = min(d.get(reason, where), where, key=_where_key)
-        self.shard_rows.update(other.shard_rows)
+        for name, n in other.shard_rows.items():
+            self.shard_rows[name] = self.shard_rows.get(name, 0) + n
         self.failed.update(other.failed)
         return self
+
+    def rebase(self, shard: str, base: int) -> None:
+        """Add ``base`` to every line number of ``shard`` held here (a unit's partial, whose
+        lines count from its start)."""
+        for pool in self.pools.values():
+            pool.rebase(shard, base)
+        for d in (self.first_skip, self.first_anomaly):
+            for reason, where in d.items():
+                d[reason] = _rebase_where(where, shard, base)
 
 
 def _where_key(where: str) -> tuple[str, int]:
     shard, _, line = where.rpartition(":")
     return shard, int(line) if line.isdigit() else 0
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One piece of work of the pass: the lines of ``shard`` that start in ``[start, end)``.
+
+    A whole shard is ``Unit(shard)``; :func:`units` splits large plain shards into byte ranges
+    at line starts. Picklable: :func:`scan_unit` runs it in any process.
+    """
+
+    shard: Shard
+    start: int = 0
+    end: int | None = None
+
+    @property
+    def whole(self) -> bool:
+        return self.start == 0 and self.end is None
+
+
+@dataclass(slots=True)
+class UnitResult:
+    """What :func:`scan_unit` returns: the partial, with line numbers counted from 1 at the
+    unit's start, and how many lines the unit holds (to rebase the next unit's lines)."""
+
+    partial: Partial
+    lines: int
+
+
+def units(shards: Sequence[Shard], *, unit_bytes: int | None) -> list[Unit]:
+    """The work units of a pass: whole shards, or (with ``unit_bytes``) plain shards split into
+    byte ranges of about that size at line starts."""
+    out: list[Unit] = []
+    for shard in shards:
+        if unit_bytes is None:
+            out.append(Unit(shard))
+            continue
+        for start, end in split_shard(shard, unit_bytes):
+            out.append(Unit(shard, start, end))
+    return out
 
 
 def scan_shard(
@@ -249,10 +307,43 @@ def scan_shard(
         InputError: The shard cannot be read, or (unless ``skip_bad_rows``) its compressed
             stream is truncated or corrupt.
     """
+    return scan_unit(
+        Unit(shard),
+        max_candidates=max_candidates,
+        seed=seed,
+        skip_bad_rows=skip_bad_rows,
+        vocab_size=vocab_size,
+        tokenizer_name=tokenizer_name,
+        on_row=on_row,
+        check=check,
+        max_line_bytes=max_line_bytes,
+    ).partial
+
+
+def scan_unit(
+    unit: Unit,
+    *,
+    max_candidates: int,
+    seed: int = 0,
+    skip_bad_rows: bool = False,
+    vocab_size: int | None = None,
+    tokenizer_name: str = "",
+    on_row: Callable[[int], None] | None = None,
+    check: Callable[[Any], Iterable[str]] | None = None,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+) -> UnitResult:
+    """Read one :class:`Unit` (arguments as :func:`scan_shard`).
+
+    Line numbers in the result (provenance, first ``shard:line`` of each reason, errors) count
+    from 1 at the unit's start; :func:`scan` rebases them with the lines of the units before.
+    """
+    shard = unit.shard
     part = Partial(k=max_candidates)
     skipped: dict[str, int] = {}
     first: dict[str, str] = {}
     n = 0
+    limit = vocab_size if vocab_size is not None else getattr(check, "vocab_size", None)
+    lines = [0]
     for row in iter_rows(
         shard,
         skipped=skipped if skip_bad_rows else None,
@@ -260,10 +351,14 @@ def scan_shard(
         anomalies=part.anomalies,
         first_anomaly=part.first_anomaly,
         max_line_bytes=max_line_bytes,
+        parse=functools.partial(read_row, id_limit=limit),
+        start=unit.start,
+        end=unit.end,
+        lines=lines,
     ):
-        if vocab_size is not None and row.input_ids.size:
-            top = int(row.input_ids.max())
-            if top >= vocab_size:
+        if vocab_size is not None:
+            top = row.top_id(vocab_size)
+            if top is not None:
                 where = f"{row.provenance.shard}:{row.provenance.line}"
                 if not skip_bad_rows:
                     raise TokenizerError(
@@ -284,10 +379,10 @@ def scan_shard(
     part.skipped.update(skipped)
     part.first_skip.update(first)
     part.shard_rows[shard.name] = n
-    return part
+    return UnitResult(part, lines[0])
 
 
-def _add_row(part: Partial, row: Row, *, seed: int) -> None:
+def _add_row(part: Partial, row: RowView, *, seed: int) -> None:
     st = part.stats.get(row.source)
     if st is None:
         st = part.stats[row.source] = SourceStats()
@@ -298,8 +393,7 @@ def _add_row(part: Partial, row: Row, *, seed: int) -> None:
     st.prompt_lengths[row.n_prompt_tokens] += 1
     st.response_lengths[row.n_response_tokens] += 1
     st.seq_lengths[row.seq_len] += 1
-    mask = row.loss_mask
-    st.trained_turns[int(np.count_nonzero(np.diff(mask, prepend=0) == 1))] += 1
+    st.trained_turns[row.trained_turns] += 1
     if row.n_prompt_tokens + row.n_response_tokens != row.seq_len:
         _flag(part, row, "length_sum_mismatch")
     prompt = row.prompt_ids
@@ -308,35 +402,58 @@ def _add_row(part: Partial, row: Row, *, seed: int) -> None:
     if not pool.offer_key(key):
         pool.reject()
         return
-    start, end = first_response_span(row)
+    start, end = row.first_response_span()
     pool.add(
         Candidate(
             key=key,
             source=row.source,
             prompt_ids=_compact(prompt),
-            prompt_mask=mask[: row.n_prompt_tokens].copy(),
-            response_ids=_compact(row.input_ids[start:end]),
+            prompt_mask=row.prompt_mask(),
+            response_ids=_compact(row.ids(start, end)),
             n_response_tokens=row.n_response_tokens,
             provenance=row.provenance,
         )
     )
 
 
-def _flag(part: Partial, row: Row, reason: str) -> None:
+def _flag(part: Partial, row: Row | RowView, reason: str) -> None:
     part.anomalies[reason] += 1
     part.first_anomaly.setdefault(reason, f"{row.provenance.shard}:{row.provenance.line}")
     part.stats[row.source].flags[reason] += 1
 
 
-def _scan_star(
-    args: tuple[Shard, dict[str, Any]],
-) -> Partial | DataError | TokenizerError | CorruptStreamError:
-    shard, kwargs = args
+_UnitOutcome = UnitResult | DataError | TokenizerError | CorruptStreamError
+
+
+def _scan_star(args: tuple[Unit, dict[str, Any]]) -> _UnitOutcome:
+    unit, kwargs = args
     try:
-        return scan_shard(shard, **kwargs)
+        return scan_unit(unit, **kwargs)
     # Returned, not raised: these do not change on a retry (an engine retries what is raised).
     except (DataError, TokenizerError, CorruptStreamError) as exc:
         return exc
+
+
+def _rebase_where(where: str, shard: str, base: int) -> str:
+    name, _, line = where.rpartition(":")
+    if name != shard or not line.isdigit():
+        return where
+    return f"{name}:{int(line) + base}"
+
+
+def _rebase_error(exc: Exception, shard: str, base: int) -> Exception:
+    """The error of a unit with its line counted from the start of the shard."""
+    if not base:
+        return exc
+    if isinstance(exc, DataError):
+        if exc.shard == shard and exc.line:
+            return DataError(exc.shard, exc.line + base, exc.reason, exc.detail)
+        return exc
+    msg = str(exc)
+    where, sep, rest = msg.partition(": ")
+    if sep and where.rpartition(":")[0] == shard:
+        return type(exc)(f"{_rebase_where(where, shard, base)}: {rest}")
+    return exc
 
 
 def _ignore_sigint() -> None:
@@ -358,6 +475,10 @@ def _stop_workers_on_error(ex: Any) -> Iterator[None]:
         raise
 
 
+#: With several workers, plain shards larger than this are split into byte ranges.
+UNIT_BYTES = 32 << 20
+
+
 def scan(
     shards: Sequence[Shard],
     *,
@@ -368,19 +489,34 @@ def scan(
     tokenizer_name: str = "",
     workers: int = 1,
     progress: bool = False,
-    check: Callable[[Row], Iterable[str]] | None = None,
+    check: Callable[[Any], Iterable[str]] | None = None,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    unit_bytes: int | None = None,
+    processes: bool | None = None,
     engine: str = "local",
     ray_address: str | None = None,
 ) -> Partial:
     """One pass over all shards, in parallel processes when ``workers > 1``, or as Ray tasks
     with ``engine="ray"`` (see :mod:`distprompt.engine`; ``workers`` is then unused).
 
+    The work is a list of :class:`Unit`: whole shards, and with ``workers > 1`` plain shards
+    split into byte ranges of ``unit_bytes`` (default :data:`UNIT_BYTES`) at line starts, so
+    one large shard keeps every worker busy. Each unit counts its lines from 1; merging in unit
+    order adds the lines of the units before, so provenance and ``shard:line`` are exact.
+
     The first error in shard order is raised (or, skipping, every bad row is counted); the
-    merged result is the same for any worker count and engine. On an error or an interruption
-    the worker processes (or Ray tasks) are stopped at once rather than left to finish their
-    shards. A shard whose Ray task keeps failing raises :class:`InputError` naming it, or, when
+    merged result is the same for any worker count, unit size and engine. On an error or an
+    interruption the worker processes (or Ray tasks) are stopped at once rather than left to
+    finish. A unit whose Ray task keeps failing raises :class:`InputError` naming it, or, when
     skipping, is left out and recorded in ``failed``.
+
+    Args:
+        unit_bytes: Split plain shards into ranges of about this size (None: the default with
+            several workers or on Ray, whole shards with one local worker).
+        processes: Read in worker processes even with one worker (None: when ``workers > 1``);
+            the caller's process is then free (the pipeline loads the tokenizer meanwhile).
+        engine: ``local`` or ``ray``.
+        ray_address: The Ray cluster (see :func:`distprompt.engine.connect_ray`).
     """
     from tqdm import tqdm  # plain text bar: the CLI is its only user (tqdm.auto warns in notebooks)
 
@@ -393,6 +529,10 @@ def scan(
         "check": check,
         "max_line_bytes": max_line_bytes,
     }
+    if unit_bytes is None and (workers > 1 or engine == "ray"):
+        unit_bytes = UNIT_BYTES
+    work = units(shards, unit_bytes=unit_bytes)
+    use_processes = (workers > 1 or bool(processes)) and (len(work) > 1 or bool(processes))
     total = Partial(k=max_candidates)
     bar = tqdm(
         total=sum(s.size for s in shards),
@@ -402,44 +542,93 @@ def scan(
         disable=not progress,
         leave=False,
     )
-    results: Iterable[Partial | DataError | TokenizerError | CorruptStreamError]
+    base: dict[str, int] = {}
+
+    def merge(
+        unit: Unit, res: UnitResult | DataError | TokenizerError | CorruptStreamError
+    ) -> None:
+        name = unit.shard.name
+        at = base.get(name, 0)
+        if isinstance(res, Exception):
+            raise _rebase_error(res, name, at)
+        if at:
+            res.partial.rebase(name, at)
+        base[name] = at + res.lines
+        total.merge(res.partial)
+
     try:
         if engine == "ray":
-            _scan_on_ray(shards, kwargs, total, bar=bar, skip=skip_bad_rows, address=ray_address)
-        elif workers > 1 and len(shards) > 1:
+            _scan_on_ray(
+                work, kwargs, merge, total, bar=bar, skip=skip_bad_rows, address=ray_address
+            )
+        elif use_processes:
             from concurrent.futures import ProcessPoolExecutor
 
             with (
                 ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint) as ex,
                 _stop_workers_on_error(ex),
             ):
-                results = ex.map(_scan_star, [(s, kwargs) for s in shards])
-                for shard, res in zip(shards, results, strict=True):
-                    bar.update(shard.size)
-                    if isinstance(res, Exception):
-                        raise res
-                    total.merge(res)
+                results = ex.map(_scan_star, [(u, kwargs) for u in work])
+                for unit, res in zip(work, results, strict=True):
+                    bar.update((unit.end if unit.end is not None else unit.shard.size) - unit.start)
+                    merge(unit, res)
         else:
-            for shard in shards:
-                done = [0]
-                plain = shard.name.endswith(".jsonl")
+            for unit in work:
+                done = [unit.start]
+                plain = unit.shard.name.endswith(".jsonl")
 
                 def tick(offset: int, done: list[int] = done, plain: bool = plain) -> None:
                     if plain and offset - done[0] >= 1 << 22:
                         bar.update(offset - done[0])
                         done[0] = offset
 
-                part = scan_shard(shard, on_row=tick if progress else None, **kwargs)
-                bar.update(shard.size - done[0])
-                total.merge(part)
+                try:
+                    res: UnitResult | DataError | TokenizerError = scan_unit(
+                        unit, on_row=tick if progress else None, **kwargs
+                    )
+                except (DataError, TokenizerError) as exc:
+                    res = exc
+                bar.update((unit.end if unit.end is not None else unit.shard.size) - done[0])
+                merge(unit, res)
     finally:
         bar.close()
     return total
 
 
+def _unit_name(unit: Unit) -> str:
+    if unit.whole:
+        return unit.shard.name
+    end = unit.end if unit.end is not None else unit.shard.size
+    return f"{unit.shard.name} (bytes {unit.start}-{end})"
+
+
+def _unit_bytes(unit: Unit) -> int:
+    return (unit.end if unit.end is not None else unit.shard.size) - unit.start
+
+
+def _count_lines(unit: Unit) -> int:
+    """The lines that start in a unit's byte range, counted without parsing them."""
+    if unit.whole:
+        return 0  # no later unit of the shard needs its line count
+    n = 0
+    last = b"\n"
+    with open_shard(unit.shard.url or unit.shard.path) as fh:
+        fh.seek(unit.start)
+        left = _unit_bytes(unit)
+        while left > 0:
+            chunk = fh.read(min(left, 1 << 20))
+            if not chunk:
+                break
+            n += chunk.count(b"\n")
+            last = chunk[-1:]
+            left -= len(chunk)
+    return n + (last != b"\n")  # a last line without a newline
+
+
 def _scan_on_ray(
-    shards: Sequence[Shard],
+    work: Sequence[Unit],
     kwargs: dict[str, Any],
+    merge: Callable[[Unit, _UnitOutcome], None],
     total: Partial,
     *,
     bar: Any,
@@ -449,16 +638,21 @@ def _scan_on_ray(
     from distprompt.engine import UnitFailure, ray_map
 
     # Workers do not run in this directory (on a cluster, not even on this machine).
-    where = [s if s.url is not None else replace(s, path=s.path.absolute()) for s in shards]
+    sent = [
+        u
+        if u.shard.url is not None
+        else replace(u, shard=replace(u.shard, path=u.shard.path.absolute()))
+        for u in work
+    ]
     results = ray_map(
         _scan_star,
-        [(s, kwargs) for s in where],
-        names=[s.name for s in shards],
+        [(u, kwargs) for u in sent],
+        names=[_unit_name(u) for u in work],
         address=address,
-        on_done=lambda i: bar.update(shards[i].size),
+        on_done=lambda i: bar.update(_unit_bytes(work[i])),
     )
     with contextlib.closing(results):
-        for res in results:
+        for unit, res in zip(work, results, strict=True):
             if isinstance(res, UnitFailure):
                 found = f"its Ray task failed {res.attempts} times ({res.reason})"
                 if not skip:
@@ -468,7 +662,7 @@ def _scan_on_ray(
                         "--on-error skip to leave the shard out"
                     )
                 total.failed[res.name] = found
+                # Its rows are left out; its lines still count for the units after it.
+                merge(unit, UnitResult(Partial(k=total.k), _count_lines(unit)))
                 continue
-            if isinstance(res, Exception):
-                raise res
-            total.merge(res)
+            merge(unit, res)

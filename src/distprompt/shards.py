@@ -38,10 +38,9 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from distprompt.errors import CorruptStreamError, DataError, InputError
-from distprompt.records import Row
 from distprompt.validate import DEFAULT_MAX_LINE_BYTES, REQUIRED_KEYS, parse_row
 
 __all__ = [
@@ -54,6 +53,7 @@ __all__ = [
     "iter_rows",
     "open_shard",
     "parse_row",
+    "split_shard",
 ]
 
 logger = logging.getLogger("distprompt.shards")
@@ -452,7 +452,11 @@ _CORRUPT_STREAM: tuple[type[BaseException], ...] = (EOFError, zlib.error, gzip.B
 
 
 def iter_lines(
-    shard: Shard, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    shard: Shard,
+    *,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    start: int = 0,
+    end: int | None = None,
 ) -> Iterator[tuple[int, int, bytes | None]]:
     """Yield ``(line_number, offset, raw_line)`` for each line of a shard.
 
@@ -460,16 +464,24 @@ def iter_lines(
     than ``max_line_bytes`` is not held in memory: it is yielded as ``None`` (the caller reports
     it) and the rest of it is skipped, so memory stays near ``max_line_bytes`` whatever the file.
 
+    Args:
+        start, end: Read only the lines that start in ``[start, end)`` (plain ``.jsonl`` shards;
+            ``start`` must be a line start, see :func:`split_shard`). Line numbers then count
+            from 1 at ``start``: the caller adds the lines before it.
+
     Raises:
         InputError: The file cannot be opened or read.
         CorruptStreamError: A compressed stream is truncated or corrupt; the lines before the
             damage have been yielded.
     """
     lineno = 0
-    offset = 0
+    offset = start
+    stop = end if end is not None else -1
     with open_shard(shard.url or shard.path) as fh:
         try:
-            while True:
+            if start:
+                fh.seek(start)
+            while stop < 0 or offset < stop:
                 line, size = _next_line(fh, max_line_bytes)
                 if not size or (line is not None and not line.endswith(b"\n")):
                     _check_whole(fh)  # the end: a cut .zst must not pass for a short one
@@ -510,6 +522,44 @@ def _read_error(shard: Shard, line: int, exc: Exception) -> Exception:
     return exc
 
 
+def split_shard(shard: Shard, unit_bytes: int) -> list[tuple[int, int | None]]:
+    """Byte ranges ``[start, end)`` of about ``unit_bytes`` that start at line starts.
+
+    A line belongs to the range its first byte lies in, so reading every range (with
+    :func:`iter_lines`) reads every line once. Compressed shards are one range.
+    """
+    if not shard.name.endswith(".jsonl") or shard.size <= unit_bytes:
+        return [(0, None)]
+    starts = [0]
+    try:
+        with open_shard(shard.url or shard.path) as fh:
+            at = unit_bytes
+            while at < shard.size:
+                fh.seek(at - 1)
+                pos = at - 1
+                while True:  # the next line start at or after ``at``
+                    chunk = fh.read(1 << 16)
+                    if not chunk:
+                        pos = -1
+                        break
+                    i = chunk.find(b"\n")
+                    if i >= 0:
+                        pos += i + 1
+                        break
+                    pos += len(chunk)
+                if pos < 0 or pos >= shard.size:
+                    break
+                starts.append(pos)
+                at = pos + unit_bytes
+    except OSError as exc:
+        raise InputError(
+            f"{shard.name}: expected a readable file, found {exc.strerror or exc}; fix its "
+            "permissions or leave it out of DATA"
+        ) from exc
+    ends: list[int | None] = [*starts[1:], None]
+    return list(zip(starts, ends, strict=True))
+
+
 def iter_rows(
     shard: Shard,
     *,
@@ -518,7 +568,11 @@ def iter_rows(
     anomalies: dict[str, int] | None = None,
     first_anomaly: dict[str, str] | None = None,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-) -> Iterator[Row]:
+    parse: Callable[..., Any] = parse_row,
+    start: int = 0,
+    end: int | None = None,
+    lines: list[int] | None = None,
+) -> Iterator[Any]:
     """Yield the valid rows of a shard.
 
     Args:
@@ -531,6 +585,11 @@ def iter_rows(
         first_anomaly: When given with ``anomalies``, the first ``shard:line`` of each.
         max_line_bytes: Longer lines are refused (``line_too_long``) without being held in
             memory.
+        parse: Turns ``(raw, shard=, line=, offset=)`` into the row yielded (raising
+            :class:`DataError` for a bad one): :func:`~distprompt.validate.parse_row` (a
+            :class:`Row`) or :func:`~distprompt.fastrow.read_row` (what the pass needs).
+        start, end: Only the lines starting in this byte range (see :func:`iter_lines`).
+        lines: When given, ``lines[0]`` is set to the number of lines read.
 
     Blank lines (empty or whitespace only) are not rows and not errors: they are passed over in
     both modes and counted as an anomaly. An empty shard is logged as a warning.
@@ -546,7 +605,9 @@ def iter_rows(
     """
     lineno = 0
     try:
-        for lineno, offset, raw in iter_lines(shard, max_line_bytes=max_line_bytes):
+        for lineno, offset, raw in iter_lines(
+            shard, max_line_bytes=max_line_bytes, start=start, end=end
+        ):
             # isspace() scans in place; strip() would copy every (possibly huge) line.
             if raw is not None and (not raw or raw.isspace()):
                 if anomalies is not None:
@@ -555,7 +616,7 @@ def iter_rows(
                         first_anomaly.setdefault("blank_line", f"{shard.name}:{lineno}")
                 continue
             try:
-                row = parse_row(raw, shard=shard.name, line=lineno, offset=offset)
+                row = parse(raw, shard=shard.name, line=lineno, offset=offset)
             except DataError as exc:
                 if skipped is None:
                     raise
@@ -569,7 +630,10 @@ def iter_rows(
         _count(skipped, first_skip, "corrupt_stream", where)
         logger.warning("%s", exc)
         return
-    if lineno == 0:
+    finally:
+        if lines is not None:
+            lines[0] = lineno
+    if lineno == 0 and start == 0 and end is None:
         logger.warning("%s: an empty shard (no lines), nothing to read", shard.name)
 
 
