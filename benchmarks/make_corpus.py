@@ -53,9 +53,9 @@ def _perturb(prompt: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     p = prompt.copy()
     n = p.shape[0]
     if n > 12:
-        for _ in range(int(rng.integers(1, 4))):
+        for _ in range(int(rng.integers(2, 5))):
             i = int(rng.integers(5, n - 6))
-            p[i] = p[int(rng.integers(5, n - 6))] if rng.random() < 0.5 else p[i] + 1
+            p[i] = p[int(rng.integers(5, n - 6))]
     return p
 
 
@@ -136,8 +136,9 @@ def make(out: Path, size_gb: float, seed: int = 0) -> dict:
     for folder, n in SHORT_ROWS.items():
         base = _load(folder)
         n = max(1, round(n * scale))
+        src = folder.split("_", 1)[1]
 
-        def short(base=base, n=n, src=folder.split("_", 1)[1]):
+        def short(base=base, n=n, src=src):
             for i in range(n):
                 r = base[i % len(base)]
                 ids = np.asarray(r["input_ids"], dtype=np.int64)
@@ -151,8 +152,9 @@ def make(out: Path, size_gb: float, seed: int = 0) -> dict:
     for folder, (n, lo, hi) in MEDIUM_ROWS.items():
         base = [r for r in _load(folder) if r["n_prompt_tokens"] <= 3000]
         n = max(1, round(n * scale))
+        src = folder.split("_", 1)[1]
 
-        def medium(base=base, n=n, lo=lo, hi=hi, src=folder.split("_", 1)[1]):
+        def medium(base=base, n=n, lo=lo, hi=hi, src=src):
             for i in range(n):
                 r = base[i % len(base)]
                 ids = np.asarray(r["input_ids"], dtype=np.int64)

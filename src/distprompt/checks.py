@@ -224,6 +224,7 @@ def count_round_trips(
     first: str | None = None
     for c in cands:
         ids = c.prompt_ids
+        assert ids is not None, "load_candidates() first"
         if ids.size and int(ids.max()) >= vocab_size:
             continue
         n += 1

@@ -306,7 +306,7 @@ def inspect_corpus(
     """
     from distprompt.decode import load_tokenizer
     from distprompt.engine import require_engine
-    from distprompt.sample import scan
+    from distprompt.sample import load_candidates, scan
     from distprompt.shards import discover_shards
 
     require_engine(engine)
@@ -341,9 +341,10 @@ def inspect_corpus(
     round_trips: dict[str, tuple[int, int, str | None]] = {}
     if tok is not None and tinfo is not None:
         for src in sorted(part.stats):
-            round_trips[src] = count_round_trips(
-                tok, part.pools[src].candidates()[:round_trip_sample], tinfo.vocab_size
+            sample = load_candidates(
+                part.pools[src].candidates()[:round_trip_sample], shards, seed=seed
             )
+            round_trips[src] = count_round_trips(tok, sample, tinfo.vocab_size)
     sources: dict[str, SourceFigures] = {}
     for src in sorted(part.stats):
         st = part.stats[src]

@@ -29,6 +29,7 @@ mask, the first trained span and its ids are read on demand, for the rows a pool
 from __future__ import annotations
 
 import re
+from array import array
 
 import numpy as np
 import orjson
@@ -36,7 +37,7 @@ import orjson
 from distprompt.records import Provenance, Row
 from distprompt.validate import _duplicated_key, _unexplained, parse_row
 
-__all__ = ["FullView", "LineView", "RowView", "read_row", "row_view"]
+__all__ = ["SHORT_LINE", "FullView", "LineView", "ListView", "RowView", "read_row", "row_view"]
 
 _IDS = b'"input_ids"'
 _MASK = b'"loss_mask"'
@@ -45,7 +46,6 @@ _KEYS = ("input_ids", "loss_mask", "seq_len", "n_prompt_tokens", "n_response_tok
 _BIG = 2**63
 #: Without a vocabulary, ids of up to this many digits are below 2**63 without comparing.
 _SAFE_DIGITS = 18
-_POW10 = 10 ** np.arange(19, dtype=np.int64)
 
 
 class RowView:
@@ -137,6 +137,14 @@ class LineView(RowView):
     """A :class:`RowView` over the raw line, checked by :func:`read_row`."""
 
     __slots__ = ("_digits", "_i0", "_i1", "_j0", "_j1", "_limit", "_raw", "_stride")
+    _raw: bytes
+    _i0: int  # input_ids body: raw[_i0:_i1]
+    _i1: int
+    _j0: int  # loss_mask body: raw[_j0:_j1]
+    _j1: int
+    _stride: int  # bytes per loss_mask element (2 for "0,", 3 for "0, ")
+    _digits: int  # no id has more digits
+    _limit: int  # every id is below it
 
     def top_id(self, limit: int) -> int | None:
         if limit >= self._limit:
@@ -177,7 +185,90 @@ def _parse_ints(text: bytes) -> np.ndarray:
     """Comma-separated integers (already checked to be digits and commas) as int64."""
     if not text:
         return np.zeros(0, dtype=np.int64)
-    return np.fromstring(text, dtype=np.int64, sep=",")  # type: ignore[call-overload]
+    return np.fromstring(text, dtype=np.int64, sep=",")
+
+
+class ListView(RowView):
+    """A :class:`RowView` of a short line, parsed whole by orjson (cheaper there than the byte
+    checks, whose fixed cost is a few dozen numpy calls)."""
+
+    __slots__ = ("_ids", "_mask")
+    _ids: np.ndarray  # int64
+    _mask: bytes  # one byte (0 or 1) per token
+
+    def top_id(self, limit: int) -> int | None:
+        top = int(self._ids.max())
+        return top if top >= limit else None
+
+    def prompt_mask(self) -> np.ndarray:
+        return np.frombuffer(self._mask, np.int8, count=self.n_prompt_tokens).copy()
+
+    def first_response_span(self) -> tuple[int, int]:
+        n = self.n_prompt_tokens
+        p = self._mask.find(b"\x01", n)
+        if p < 0:
+            return n, self.seq_len
+        q = self._mask.find(b"\x00", p)
+        return p, (self.seq_len if q < 0 else q)
+
+    def ids(self, start: int, end: int) -> np.ndarray:
+        return self._ids[start:end]
+
+
+#: Lines up to this size are parsed whole (:class:`ListView`), longer ones checked as bytes.
+SHORT_LINE = 8 << 10
+
+
+def _short(raw: bytes, shard: str, line: int, offset: int) -> ListView | None:
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if type(obj) is not dict:
+        return None
+    try:
+        ids = obj["input_ids"]
+        mask = obj["loss_mask"]
+        source = obj["source"]
+        seq_len, n_prompt = obj["seq_len"], obj["n_prompt_tokens"]
+        n_resp = obj["n_response_tokens"]
+    except KeyError:
+        return None
+    if (
+        type(ids) is not list
+        or type(mask) is not list
+        or type(source) is not str
+        or not source.strip()
+        or type(seq_len) is not int
+        or type(n_prompt) is not int
+        or type(n_resp) is not int
+        or not 0 < n_prompt <= seq_len
+        or n_resp < 0
+        or len(ids) != seq_len
+        or len(mask) != seq_len
+    ):
+        return None
+    # no duplicated key and no boolean among the ids (see validate._unexplained)
+    if _unexplained(raw, obj):
+        return None
+    try:
+        arr = np.frombuffer(array("q", ids), dtype=np.int64)  # ints below 2**63 only
+        m = bytes(mask)  # ints in 0..255 only
+    except (TypeError, OverflowError, ValueError):
+        return None
+    if m.translate(None, b"\x00\x01") or int(arr.min()) < 0:
+        return None
+    v = ListView.__new__(ListView)
+    v.source = source
+    v.seq_len = seq_len
+    v.n_prompt_tokens = n_prompt
+    v.n_response_tokens = n_resp
+    v.provenance = Provenance(shard=shard, line=line, offset=offset)
+    v.prompt_ids = arr[:n_prompt]
+    v.trained_turns = m.count(b"\x00\x01") + (m[0] == 1)
+    v._ids = arr
+    v._mask = m
+    return v
 
 
 def row_view(row: Row) -> RowView:
@@ -201,7 +292,11 @@ def read_row(
         DataError: The line is not a valid row.
     """
     if raw is not None:
-        view = _fast(raw, shard, line, offset, id_limit)
+        view: RowView | None
+        if len(raw) <= SHORT_LINE:
+            view = _short(raw, shard, line, offset)
+        else:
+            view = _fast(raw, shard, line, offset, id_limit)
         if view is not None:
             return view
     return FullView(parse_row(raw, shard=shard, line=line, offset=offset))
@@ -210,7 +305,7 @@ def read_row(
 def _body(raw: bytes, key: bytes) -> tuple[int, int, int] | None:
     """``(key position, body start, body end)`` of the array after ``key``, written once."""
     k = raw.find(key)
-    if k < 0 or raw.find(key, k + len(key)) >= 0:
+    if k < 0:
         return None
     m = _OPEN.match(raw, k + len(key))
     if m is None:
@@ -232,9 +327,7 @@ def _runs(dig: np.ndarray, r: int) -> np.ndarray:
     return w
 
 
-def _fast(
-    raw: bytes, shard: str, line: int, offset: int, id_limit: int | None
-) -> LineView | None:
+def _fast(raw: bytes, shard: str, line: int, offset: int, id_limit: int | None) -> LineView | None:
     ids = _body(raw, _IDS)
     if ids is None:
         return None
@@ -259,6 +352,8 @@ def _fast(
         return None
     if type(obj) is not dict or any(k not in obj for k in _KEYS):
         return None
+    if skel.count(_IDS) != 1 or skel.count(_MASK) != 1:
+        return None  # a key written twice (the bodies hold no quote: they cannot hide one)
     if obj["input_ids"] != [] or obj["loss_mask"] != []:
         return None
     if _unexplained(skel, obj) and _duplicated_key(skel) is not None:
@@ -305,26 +400,44 @@ def _fast(
         if w.size and np.any(w):
             if np.any(w[:-1] & w[1:]):
                 return None  # a number longer than the limit
-            starts = np.flatnonzero(w)
-            win = np.lib.stride_tricks.sliding_window_view(a, digits)[starts]
-            vals = (win.astype(np.int64) - 48) @ _POW10[digits - 1 :: -1]
-            if int(vals.max()) >= limit:
-                return None
+            # numbers of exactly the limit's length: compare digit by digit, keeping only those
+            # equal to the limit so far
+            at = np.flatnonzero(w)
+            for d, c in enumerate(str(limit).encode()):
+                col = a[at + d]
+                if np.any(col > c):
+                    return None
+                at = at[col == c]
+                if not at.size:
+                    break
+            else:
+                return None  # equal to the limit
     # loss_mask: seq_len elements, each 0 or 1, separated by "," or ", "
     m = j1 - j0
     stride = 2 if m < 3 or raw[j0 + 2] != 32 else 3
     if m != seq_len * stride - (stride - 1):
         return None
-    b = np.frombuffer(raw, np.uint8, count=m, offset=j0)
-    ev = b[::stride]
-    if ev.min() < 48 or ev.max() > 49:
+    last = raw[j1 - 1] - 48
+    if not 0 <= last <= 1:
         return None
-    if seq_len > 1:
-        if not np.all(b[1::stride] == 44):
+    if seq_len == 1:
+        turns = last
+    elif stride == 2:
+        # "0," and "1," as little-endian uint16: 44 * 256 + 48 and + 49
+        pairs = np.frombuffer(raw, "<u2", count=seq_len - 1, offset=j0) - np.uint16(11312)
+        if pairs.max() > 1:
             return None
-        if stride == 3 and not np.all(b[2::stride] == 32):
+        turns = (
+            int(pairs[0]) + int(np.count_nonzero(pairs[1:] > pairs[:-1])) + int(last > pairs[-1])
+        )
+    else:
+        b = np.frombuffer(raw, np.uint8, count=m, offset=j0)
+        ev = b[::3]
+        if ev.min() < 48 or ev.max() > 49:
             return None
-    turns = int(ev[0] == 49) + int(np.count_nonzero(ev[1:] > ev[:-1]))
+        if not np.all(b[1::3] == 44) or not np.all(b[2::3] == 32):
+            return None
+        turns = int(ev[0] == 49) + int(np.count_nonzero(ev[1:] > ev[:-1]))
     # the prompt ids
     if n_prompt == seq_len:
         end = n

@@ -6,7 +6,9 @@ import hashlib
 import logging
 import os
 import platform
+import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,7 +20,7 @@ from distprompt.errors import InputError, TokenizerError
 from distprompt.metrics import SourceEvidence, measure_source
 from distprompt.records import Candidate, SuiteItem
 from distprompt.report import build_report
-from distprompt.sample import Partial, SourceStats, histogram_quantiles, scan
+from distprompt.sample import Partial, SourceStats, histogram_quantiles, load_candidates, scan
 from distprompt.select import select
 from distprompt.shards import Shard, discover_shards
 from distprompt.stratify import Quota, allocate
@@ -131,21 +133,54 @@ def build_suite(
         if warn is not None:
             warn(msg)
 
-    tok, tinfo = load_tokenizer(tokenizer)
-    shards = discover_shards(data, warn=_warn)
+    shards = None
     skip = config.on_error == "skip"
-    part = scan(
-        shards,
-        max_candidates=config.max_candidates,
-        seed=config.seed,
-        skip_bad_rows=skip,
-        vocab_size=tinfo.vocab_size,
-        tokenizer_name=tinfo.name,
-        workers=config.workers,
-        progress=progress,
-        engine=config.engine,
-        ray_address=config.ray_address,
-    )
+    scan_kw: dict[str, Any] = {
+        "max_candidates": config.max_candidates,
+        "seed": config.seed,
+        "skip_bad_rows": skip,
+        "workers": config.workers,
+        "progress": progress,
+        "engine": config.engine,
+        "ray_address": config.ray_address,
+    }
+    guess = quick_vocab_size(tokenizer)
+    if guess is None:
+        tok, tinfo = load_tokenizer(tokenizer)
+        shards = discover_shards(data, warn=_warn)
+        part = scan(shards, vocab_size=tinfo.vocab_size, tokenizer_name=tinfo.name, **scan_kw)
+    else:
+        # Read the shards in worker processes while this one loads the tokenizer (seconds of
+        # imports and parsing); the pass checks ids against the vocabulary size read off
+        # tokenizer.json, and runs again in the rare case the loaded tokenizer disagrees.
+        try:
+            shards = discover_shards(data, warn=_warn)
+        except InputError:
+            load_tokenizer(tokenizer)  # a bad tokenizer is reported first, as always
+            raise
+        loader = _Loader(tokenizer)
+        overlap = sum(s.size for s in shards) >= _OVERLAP_BYTES
+        if not overlap:
+            loader.run()
+        try:
+            part = scan(
+                shards,
+                vocab_size=guess,
+                tokenizer_name=str(tokenizer),
+                processes=overlap or None,
+                on_started=loader.start if overlap else None,
+                **scan_kw,
+            )
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:
+            err = loader.join()  # a bad tokenizer is reported first, as always
+            if err is not None:
+                raise err from None
+            raise
+        tok, tinfo = loader.result()
+        if tinfo.vocab_size != guess:
+            part = scan(shards, vocab_size=tinfo.vocab_size, tokenizer_name=tinfo.name, **scan_kw)
     for name, why in sorted(part.failed.items()):
         _warn(f"{name}: left out (--on-error skip): {why}")
     _check_vocab(part, tinfo)
@@ -191,6 +226,8 @@ def build_suite(
     for source in sorted(part.stats):
         cands = part.pools[source].candidates()
         chosen, evidence[source] = _select_source(cands, quotas[source], config, part.stats[source])
+        loaded = load_candidates([c for c, _, _ in chosen], shards, seed=config.seed)
+        chosen = [(c, size, w) for c, (_, size, w) in zip(loaded, chosen, strict=True)]
         selected_counts[source] = len(chosen)
         picks.extend(
             (cand, cluster, size, weight) for cluster, (cand, size, weight) in enumerate(chosen)
@@ -214,6 +251,80 @@ def build_suite(
         meta={"method": config.method, "seed": config.seed},
     )
     return Suite(items, manifest, report=report)
+
+
+#: Corpora smaller than this are read in this process, after the tokenizer is loaded.
+_OVERLAP_BYTES = 64 << 20
+
+
+class _Loader:
+    """Loads the tokenizer, in a thread while the pass runs in worker processes."""
+
+    def __init__(self, spec: Any) -> None:
+        self.spec = spec
+        self.value: tuple[Any, TokenizerInfo] | None = None
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+
+    def run(self, *, warm: bool = False) -> None:
+        try:
+            self.value = load_tokenizer(self.spec)
+        except BaseException as exc:  # handed to the caller by result()
+            self.error = exc
+            return
+        if warm:  # what selection and the report import, while the pass still runs
+            try:
+                import matplotlib
+
+                matplotlib.use("Agg", force=False)
+                import matplotlib.pyplot
+                import scipy.sparse  # noqa: F401
+                import sklearn.cluster
+                import sklearn.decomposition
+                import sklearn.feature_extraction.text  # noqa: F401
+            except Exception:  # imported again (and reported) where they are used
+                pass
+
+    def start(self) -> None:
+        self.thread = threading.Thread(
+            target=self.run, kwargs={"warm": True}, name="distprompt-tokenizer", daemon=True
+        )
+        self.thread.start()
+
+    def join(self) -> BaseException | None:
+        if self.thread is None and self.value is None and self.error is None:
+            self.run()  # the pass failed before it started the thread
+        if self.thread is not None:
+            self.thread.join()
+        return self.error
+
+    def result(self) -> tuple[Any, TokenizerInfo]:
+        self.join()
+        if self.error is not None:
+            raise self.error
+        assert self.value is not None
+        return self.value
+
+
+def quick_vocab_size(spec: Any) -> int | None:
+    """The vocabulary size (largest id + 1, added tokens included) read off a local
+    ``tokenizer.json`` without loading the tokenizer; None when there is none to read."""
+    if not isinstance(spec, (str, os.PathLike)) or not str(spec).strip():
+        return None
+    path = Path(spec).expanduser()
+    tj = path / "tokenizer.json" if path.is_dir() else path
+    if not tj.is_file() or tj.suffix != ".json":
+        return None
+    try:
+        import orjson
+
+        data = orjson.loads(tj.read_bytes())
+        vocab = data["model"]["vocab"]
+        ids = list(vocab.values()) if isinstance(vocab, dict) else [len(vocab) - 1]
+        ids += [int(t["id"]) for t in data.get("added_tokens") or []]
+        return max(ids) + 1 if ids else None
+    except Exception:  # anything unusual: load the tokenizer first instead
+        return None
 
 
 def _template_summary(profile: Any) -> dict[str, Any] | None:
@@ -274,8 +385,9 @@ def _select_source(
         ev = measure_source(cands, range(n), [1.0 / n] * n, stats=stats, seed=config.seed)
         return every, ev
     feats = vectorize(
-        [c.prompt_ids for c in cands],
-        response_lengths=[len(c.response_ids) for c in cands],
+        [c.feature_ids for c in cands],
+        lengths=[c.n_prompt_tokens for c in cands],
+        response_lengths=[c.first_response_length for c in cands],
         dims=config.lsa_dims,
         length_weight=config.length_weight,
         seed=config.seed,
@@ -363,6 +475,8 @@ def _make_item(
     profile: Any,
     config: Config,
 ) -> SuiteItem:
+    assert cand.prompt_ids is not None and cand.prompt_mask is not None
+    assert cand.response_ids is not None
     prompt_ids = [int(i) for i in cand.prompt_ids]
     max_tokens = max(1, int(cand.response_ids.shape[0]))
     if config.max_output_tokens is not None:

@@ -7,7 +7,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Candidate", "Provenance", "Row", "SuiteItem"]
+__all__ = [
+    "FEATURE_HEAD",
+    "FEATURE_TAIL",
+    "Candidate",
+    "Provenance",
+    "Row",
+    "SuiteItem",
+    "feature_window",
+]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -49,26 +57,77 @@ class Row:
         return self.input_ids[: self.n_prompt_tokens]
 
 
+#: Features are computed from at most this many tokens at the start and at the end of a prompt.
+FEATURE_HEAD = 256
+FEATURE_TAIL = 256
+
+
+def feature_window(prompt_ids: np.ndarray) -> np.ndarray:
+    """The tokens selection features are computed from: the whole prompt when it is short,
+    else its first :data:`FEATURE_HEAD` and last :data:`FEATURE_TAIL` tokens (the system prompt
+    and tools at the start, the task and the latest turns at the end). Bounds the memory of a
+    pool and the cost of its features whatever the prompt lengths."""
+    n = prompt_ids.shape[0]
+    if n <= FEATURE_HEAD + FEATURE_TAIL:
+        return prompt_ids
+    return np.concatenate([prompt_ids[:FEATURE_HEAD], prompt_ids[n - FEATURE_TAIL :]])
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Candidate:
     """A unique prompt kept in a source's candidate pool.
 
     ``key`` is a 64-bit hash of the prompt ids: the pool is a bottom-k sample on it, so the pool
     does not depend on shard order and exact duplicates collapse onto one candidate.
+
+    A pool read from plain shards holds only what selection needs (``window``, the lengths and
+    the provenance): ``prompt_ids``, ``prompt_mask`` and ``response_ids`` are None and are read
+    back from the shard for the candidates selected (:func:`distprompt.sample.load_candidates`).
     """
 
     key: int
     source: str
-    prompt_ids: np.ndarray  # int32
-    prompt_mask: np.ndarray  # int8: loss_mask over the prompt span (earlier trained turns)
-    response_ids: np.ndarray  # int32: the first assistant span after the prompt
+    prompt_ids: np.ndarray | None  # int32; None: not held, read back when needed
+    prompt_mask: np.ndarray | None  # int8: loss_mask over the prompt span (earlier trained turns)
+    response_ids: np.ndarray | None  # int32: the first assistant span after the prompt
     n_response_tokens: int
     provenance: Provenance  # of the first occurrence in (shard, line) order
     count: int = 1  # rows carrying this exact prompt
+    window: np.ndarray | None = None  # feature_window(prompt ids); None: from prompt_ids
+    n_prompt: int = -1  # prompt length when prompt_ids is not held
+    n_first_response: int = -1  # length of the first assistant span when response_ids is not
 
     @property
     def n_prompt_tokens(self) -> int:
+        if self.n_prompt >= 0:
+            return self.n_prompt
+        assert self.prompt_ids is not None
         return int(self.prompt_ids.shape[0])
+
+    @property
+    def first_response_length(self) -> int:
+        """Tokens in the first assistant span after the prompt (the recorded output length)."""
+        if self.n_first_response >= 0:
+            return self.n_first_response
+        assert self.response_ids is not None
+        return int(self.response_ids.shape[0])
+
+    @property
+    def feature_ids(self) -> np.ndarray:
+        """The tokens selection features are computed from (:func:`feature_window`)."""
+        if self.window is not None:
+            return self.window
+        assert self.prompt_ids is not None
+        return feature_window(self.prompt_ids)
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the prompt, its mask and the first response are held."""
+        return (
+            self.prompt_ids is not None
+            and self.prompt_mask is not None
+            and self.response_ids is not None
+        )
 
 
 @dataclass(frozen=True, slots=True)

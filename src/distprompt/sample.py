@@ -23,15 +23,17 @@ from typing import Any
 import numpy as np
 
 from distprompt.errors import CorruptStreamError, DataError, InputError, TokenizerError
-from distprompt.fastrow import RowView, read_row
-from distprompt.records import Candidate, Row
+from distprompt.fastrow import FullView, RowView, read_row
+from distprompt.records import Candidate, Row, feature_window
 from distprompt.shards import DEFAULT_MAX_LINE_BYTES, Shard, iter_rows, open_shard, split_shard
+from distprompt.validate import parse_row
 
 __all__ = [
     "BottomK",
     "Partial",
     "SourceStats",
     "histogram_quantiles",
+    "load_candidates",
     "prompt_key",
     "scan",
     "scan_shard",
@@ -343,6 +345,9 @@ def scan_unit(
     first: dict[str, str] = {}
     n = 0
     limit = vocab_size if vocab_size is not None else getattr(check, "vocab_size", None)
+    # Candidates of plain shards are read back by offset when selected; a compressed stream
+    # cannot be seeked, so its candidates hold their prompt and response.
+    hold = not shard.name.endswith(".jsonl")
     lines = [0]
     for row in iter_rows(
         shard,
@@ -369,7 +374,7 @@ def scan_unit(
                 skipped["id_out_of_vocab"] = skipped.get("id_out_of_vocab", 0) + 1
                 first.setdefault("id_out_of_vocab", where)
                 continue
-        _add_row(part, row, seed=seed)
+        _add_row(part, row, seed=seed, hold=hold)
         if check is not None:
             for reason in check(row):
                 _flag(part, row, reason)
@@ -382,7 +387,7 @@ def scan_unit(
     return UnitResult(part, lines[0])
 
 
-def _add_row(part: Partial, row: RowView, *, seed: int) -> None:
+def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> None:
     st = part.stats.get(row.source)
     if st is None:
         st = part.stats[row.source] = SourceStats()
@@ -403,17 +408,73 @@ def _add_row(part: Partial, row: RowView, *, seed: int) -> None:
         pool.reject()
         return
     start, end = row.first_response_span()
+    window = _compact(feature_window(prompt))
     pool.add(
         Candidate(
             key=key,
             source=row.source,
-            prompt_ids=_compact(prompt),
-            prompt_mask=row.prompt_mask(),
-            response_ids=_compact(row.ids(start, end)),
+            prompt_ids=(window if window.shape[0] == prompt.shape[0] else _compact(prompt))
+            if hold
+            else None,
+            prompt_mask=row.prompt_mask() if hold else None,
+            response_ids=_compact(row.ids(start, end)) if hold else None,
             n_response_tokens=row.n_response_tokens,
             provenance=row.provenance,
+            window=window,
+            n_prompt=row.n_prompt_tokens,
+            n_first_response=end - start,
         )
     )
+
+
+def load_candidates(
+    cands: Sequence[Candidate],
+    shards: Sequence[Shard],
+    *,
+    seed: int = 0,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+) -> list[Candidate]:
+    """The candidates with their prompt, prompt mask and first response, read back from their
+    shards by byte offset (those already held are returned as they are).
+
+    Raises:
+        InputError: A shard cannot be read, or its row at the offset is not the one the pass
+            read (the file changed since).
+    """
+    from distprompt.errors import InputError
+    from distprompt.shards import iter_lines
+
+    by_name = {s.name: s for s in shards}
+    out = list(cands)
+    todo: dict[str, list[int]] = {}
+    for i, c in enumerate(out):
+        if not c.loaded:
+            todo.setdefault(c.provenance.shard, []).append(i)
+    for name, idx in todo.items():
+        shard = by_name[name]
+        for i in sorted(idx, key=lambda j: out[j].provenance.offset):
+            c = out[i]
+            p = c.provenance
+            row = None
+            for _, _, raw in iter_lines(shard, max_line_bytes=max_line_bytes, start=p.offset):
+                try:
+                    row = FullView(parse_row(raw, shard=name, line=p.line, offset=p.offset))
+                except DataError:
+                    row = None
+                break
+            if row is None or prompt_key(row.prompt_ids, seed=seed) != c.key:
+                raise InputError(
+                    f"{name}:{p.line}: expected the row read before at byte {p.offset}, found "
+                    "another; the shard changed during the run — run again"
+                )
+            start, end = row.first_response_span()
+            out[i] = replace(
+                c,
+                prompt_ids=_compact(row.prompt_ids),
+                prompt_mask=row.prompt_mask(),
+                response_ids=_compact(row.ids(start, end)),
+            )
+    return out
 
 
 def _flag(part: Partial, row: Row | RowView, reason: str) -> None:
@@ -493,6 +554,7 @@ def scan(
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     unit_bytes: int | None = None,
     processes: bool | None = None,
+    on_started: Callable[[], None] | None = None,
     engine: str = "local",
     ray_address: str | None = None,
 ) -> Partial:
@@ -515,6 +577,7 @@ def scan(
             several workers or on Ray, whole shards with one local worker).
         processes: Read in worker processes even with one worker (None: when ``workers > 1``);
             the caller's process is then free (the pipeline loads the tokenizer meanwhile).
+        on_started: Called once the work is handed out (after the worker processes started).
         engine: ``local`` or ``ray``.
         ray_address: The Ray cluster (see :func:`distprompt.engine.connect_ray`).
     """
@@ -559,7 +622,14 @@ def scan(
     try:
         if engine == "ray":
             _scan_on_ray(
-                work, kwargs, merge, total, bar=bar, skip=skip_bad_rows, address=ray_address
+                work,
+                kwargs,
+                merge,
+                total,
+                bar=bar,
+                skip=skip_bad_rows,
+                address=ray_address,
+                on_started=on_started,
             )
         elif use_processes:
             from concurrent.futures import ProcessPoolExecutor
@@ -569,10 +639,14 @@ def scan(
                 _stop_workers_on_error(ex),
             ):
                 results = ex.map(_scan_star, [(u, kwargs) for u in work])
-                for unit, res in zip(work, results, strict=True):
+                if on_started is not None:
+                    on_started()
+                for unit, got in zip(work, results, strict=True):
                     bar.update((unit.end if unit.end is not None else unit.shard.size) - unit.start)
-                    merge(unit, res)
+                    merge(unit, got)
         else:
+            if on_started is not None:
+                on_started()
             for unit in work:
                 done = [unit.start]
                 plain = unit.shard.name.endswith(".jsonl")
@@ -634,8 +708,13 @@ def _scan_on_ray(
     bar: Any,
     skip: bool,
     address: str | None,
+    on_started: Callable[[], None] | None,
 ) -> None:
-    from distprompt.engine import UnitFailure, ray_map
+    from distprompt.engine import UnitFailure, connect_ray, ray_map
+
+    connect_ray(address)
+    if on_started is not None:  # the tasks are submitted as the loop below starts
+        on_started()
 
     # Workers do not run in this directory (on a cluster, not even on this machine).
     sent = [

@@ -95,6 +95,9 @@ def herding(
     for s in range(0, n, 2048):
         mu[s : s + 2048] = np.exp(-gamma * sq_distances(x[s : s + 2048], x[land])).mean(1)
     repulse = np.zeros(n)
+    # sparse @ dense vector: linear in the non-zeros, where sparse @ sparse builds a product
+    # matrix each step
+    rows = tfidf.tocsr() if tfidf is not None else None
     taken = np.zeros(n, dtype=bool)
     near = np.zeros(n, dtype=bool)
     picked: list[int] = []
@@ -107,8 +110,11 @@ def herding(
         picked.append(i)
         taken[i] = True
         repulse += np.exp(-gamma * sq_distances(x, x[i : i + 1])[:, 0])
-        if tfidf is not None:
-            sim = (tfidf @ tfidf[i].T).toarray().ravel()
+        if rows is not None:
+            lo, hi = rows.indptr[i], rows.indptr[i + 1]
+            v = np.zeros(rows.shape[1])
+            v[rows.indices[lo:hi]] = rows.data[lo:hi]
+            sim = rows @ v
             near |= sim >= near_duplicate
     return picked
 

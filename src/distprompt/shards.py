@@ -288,7 +288,8 @@ def open_shard(path: Path | str) -> IO[bytes]:
         try:
             if name.endswith(".gz"):
                 return gzip.open(path, "rb")  # type: ignore[return-value]  # owns the file
-            raw = open(path, "rb")  # noqa: SIM115 - returned to the caller
+            # A buffer of several lines: a long row comes out of one read, in one copy.
+            raw = open(path, "rb", buffering=_READ_CHUNK)  # noqa: SIM115 - returned to the caller
         except OSError as exc:
             raise InputError(
                 f"{path}: expected a readable file, found {exc.strerror or exc}; fix its "

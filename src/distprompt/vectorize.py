@@ -19,6 +19,7 @@ import numpy as np
 __all__ = ["Features", "vectorize"]
 
 _BIGRAM_BUCKETS = 1 << 20
+_SVD_FIT_MAX = 4000  # pools larger than this fit the SVD on a uniform sample of this many
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -82,6 +83,7 @@ def vectorize(
     prompts: Sequence[np.ndarray],
     *,
     dims: int = 64,
+    lengths: Sequence[int] | None = None,
     response_lengths: Sequence[int] | None = None,
     length_weight: float = 1.0,
     seed: int = 0,
@@ -89,8 +91,10 @@ def vectorize(
     """TF-IDF/LSA features of token-id sequences, plus the joint selection space.
 
     Args:
-        prompts: Prompt token ids, one array per candidate.
+        prompts: Prompt token ids, one array per candidate (or the window of each prompt
+            the features are computed from: :func:`distprompt.records.feature_window`).
         dims: LSA dimensions (capped by what the data supports).
+        lengths: Prompt lengths (default: the lengths of ``prompts``).
         response_lengths: Recorded output length of each candidate; adds a joint-space column.
         length_weight: Scale of the z-scored log lengths in the joint space.
         seed: Seeds the randomized SVD.
@@ -116,11 +120,21 @@ def vectorize(
         # Degenerate pools (all prompts alike) have zero variance: sklearn's explained-variance
         # ratio divides by it; the components themselves are fine.
         with np.errstate(invalid="ignore", divide="ignore"):
-            content = svd.fit_transform(tfidf)
+            if n <= _SVD_FIT_MAX:
+                content = svd.fit_transform(tfidf)
+            else:
+                # The components of a uniform sample of the pool span the pool as well; fitting
+                # on it keeps the cost linear in the pool size.
+                rng = np.random.default_rng(seed)
+                fit = np.sort(rng.choice(n, _SVD_FIT_MAX, replace=False))
+                svd.fit(tfidf[fit])
+                content = svd.transform(tfidf)
     else:
         content = np.zeros((n, 1))
     content = normalize(content)
-    log_len = np.log(np.array([max(1, len(p)) for p in prompts], dtype=np.float64))
+    if lengths is None:
+        lengths = [len(p) for p in prompts]
+    log_len = np.log(np.maximum(1, np.asarray(lengths, dtype=np.float64)))
     columns = [content, length_weight * _zscore(log_len)[:, None]]
     if response_lengths is not None:
         # Measured on data_samples/ (report, suite vs random): adding the output length cut the

@@ -1,0 +1,370 @@
+"""One interleaved benchmark run: distprompt against the baselines, ratios in RESULTS.md.
+
+Every job runs in its own process, in rounds (A B C … A B C …) so that the machine's load,
+shared with other work, hits every job alike: the ratios of one run are what this measures, not
+the absolute seconds. For each job: the median wall time over the rounds, and the peak memory
+of its whole process tree (sampled every 20 ms from /proc, workers included) and of its main
+process (``ru_maxrss``).
+
+Jobs (see ``baselines.py``): distprompt ``export --per-source 50`` with 1 and 2 workers,
+``inspect`` with 1 and 2 workers, the stdlib-json script, polars ``scan_ndjson`` (lazy), the
+orjson-every-line floor and the line-iteration floor; on the ``.gz``/``.zst`` copies the export
+and the decompression floor; on the 4x corpus the export (memory growth). Then selection alone
+at 5k and 20k candidates, and a pyinstrument profile of the export.
+
+Usage:
+    python benchmarks/run.py --data /work/bench-data/c1 --data4 /work/bench-data/c4 \\
+        --gz /work/bench-data/c1gz --zst /work/bench-data/c1zst --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+@dataclass
+class Job:
+    name: str
+    argv: list[str]
+    walls: list[float] = field(default_factory=list)
+    tree_mb: list[float] = field(default_factory=list)
+    main_mb: list[float] = field(default_factory=list)
+    ok: bool = True
+    tail: str = ""
+
+
+def _tree_rss_kb(pid: int) -> int:
+    """RSS of ``pid`` and all its descendants (kB)."""
+    total = 0
+    children: dict[int, list[int]] = {}
+    try:
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/stat") as fh:
+                    parts = fh.read().rsplit(")", 1)[1].split()
+                children.setdefault(int(parts[1]), []).append(int(d))
+            except OSError:
+                continue
+    except OSError:
+        return 0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        todo.extend(children.get(p, []))
+        try:
+            with open(f"/proc/{p}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+                        break
+        except OSError:
+            continue
+    return total
+
+
+def run(job: Job) -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    t = time.perf_counter()
+    proc = subprocess.Popen(
+        job.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=REPO
+    )
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _tree_rss_kb(proc.pid))
+            done.wait(0.02)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    out = proc.stdout.read() if proc.stdout else b""
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    done.set()
+    th.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        job.ok = False
+        job.tail = out.decode(errors="replace")[-2000:]
+        print(f"  {job.name}: FAILED ({proc.returncode})\n{job.tail}", flush=True)
+        return
+    job.walls.append(wall)
+    job.tree_mb.append(peak[0] / 1024)
+    job.main_mb.append(usage.ru_maxrss / 1024)
+    print(f"  {job.name}: {wall:.2f} s, tree {peak[0] / 1024:.0f} MB", flush=True)
+
+
+def med(v: list[float]) -> float:
+    return statistics.median(v) if v else float("nan")
+
+
+def export_argv(data: str, tok: str, out: Path, workers: int) -> list[str]:
+    return [
+        PY, "-m", "distprompt", "export", data, "--tokenizer", tok, "--per-source", "50",
+        "--out", str(out), "--overwrite", "--no-progress", "--workers", str(workers),
+    ]  # fmt: skip
+
+
+def machine() -> dict[str, str]:
+    info = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cores": str(os.cpu_count()),
+    }
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+        with open("/proc/meminfo") as fh:
+            info["memory"] = fh.readline().split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import numpy
+    import orjson
+    import polars
+
+    info["versions"] = (
+        f"numpy {numpy.__version__}, orjson {orjson.__version__}, polars {polars.__version__}"
+    )
+    return info
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--data4", default=None, help="the 4x corpus (memory growth)")
+    ap.add_argument("--gz", default=None)
+    ap.add_argument("--zst", default=None)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tokenizer", default=None)
+    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "RESULTS.md")
+    ap.add_argument("--json", type=Path, default=None, help="also write the raw figures here")
+    ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--skip", default="", help="comma-separated jobs to leave out")
+    a = ap.parse_args()
+    tok = (
+        a.tokenizer
+        or subprocess.check_output(
+            [PY, str(REPO / "scripts" / "tokenizer_dir.py"), "qwen3"], text=True
+        ).strip()
+    )
+    tmp = Path(tempfile.mkdtemp(prefix="distprompt-bench-"))
+    base = [PY, str(REPO / "benchmarks" / "baselines.py")]
+    jobs = [
+        Job("export w1", export_argv(a.data, tok, tmp / "e1", 1)),
+        Job("export w2", export_argv(a.data, tok, tmp / "e2", 2)),
+        Job("inspect w1", [PY, "-m", "distprompt", "inspect", a.data, "--json"]),
+        Job("inspect w2", [PY, "-m", "distprompt", "inspect", a.data, "--json", "--workers", "2"]),
+        Job("stdlib json", [*base, "stdlib", a.data]),
+        Job("polars lazy", [*base, "polars", a.data]),
+        Job("orjson floor", [*base, "orjson", a.data]),
+        Job("line floor", [*base, "lines", a.data]),
+    ]
+    for name, d in (("gz", a.gz), ("zst", a.zst)):
+        if d:
+            jobs.append(Job(f"export w1 {name}", export_argv(d, tok, tmp / f"e{name}", 1)))
+            jobs.append(Job(f"decompress {name}", [*base, "decompress", d]))
+    skip = {s.strip() for s in a.skip.split(",") if s.strip()}
+    jobs = [j for j in jobs if j.name not in skip]
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load0 = os.getloadavg()
+    for r in range(a.rounds):
+        print(f"round {r + 1}/{a.rounds}", flush=True)
+        for job in jobs:
+            if job.ok:
+                run(job)
+    big: list[Job] = []
+    if a.data4:
+        print("4x corpus", flush=True)
+        big = [
+            Job("export w1 4x", export_argv(a.data4, tok, tmp / "b1", 1)),
+            Job("export w2 4x", export_argv(a.data4, tok, tmp / "b2", 2)),
+        ]
+        for job in big:
+            run(job)
+    load1 = os.getloadavg()
+    print("selection", flush=True)
+    sel = {}
+    for n in (5000, 20000):
+        outp = subprocess.run(
+            [PY, str(REPO / "benchmarks" / "bench_select.py"), "--pool", str(n), "--k", "50"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
+        sel[n] = outp.stdout.strip()
+        print(sel[n], flush=True)
+    profile = ""
+    if not a.no_profile and shutil.which("pyinstrument"):
+        print("profile", flush=True)
+        argv = [
+            "pyinstrument", "-m", "distprompt", "export", a.data, "--tokenizer", tok,
+            "--per-source", "50", "--out", str(tmp / "prof"), "--overwrite", "--no-progress",
+        ]  # fmt: skip
+        pr = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
+        profile = _trim_profile(pr.stdout)
+    shape_file = Path(a.data).parent / f"{Path(a.data).name}.shape.json"
+    shape = json.loads(shape_file.read_text()) if shape_file.is_file() else {}
+    figures = {
+        j.name: {"wall": med(j.walls), "tree_mb": max(j.tree_mb, default=float("nan")),
+                 "main_mb": max(j.main_mb, default=float("nan")), "walls": j.walls, "ok": j.ok}
+        for j in [*jobs, *big]
+    }  # fmt: skip
+    if a.json:
+        a.json.write_text(json.dumps(figures, indent=1))
+    a.out.write_text(_report(figures, shape, sel, profile, machine(), started, load0, load1, a))
+    print(f"wrote {a.out}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+def _trim_profile(text: str, width: int = 140, lines: int = 90) -> str:
+    keep = [ln[:width] for ln in text.splitlines() if ln.strip()]
+    return "\n".join(keep[:lines])
+
+
+def _report(
+    f: dict,
+    shape: dict,
+    sel: dict,
+    profile: str,
+    mach: dict,
+    started: str,
+    load0: tuple,
+    load1: tuple,
+    a: argparse.Namespace,
+) -> str:
+    def w(name: str) -> float:
+        return f.get(name, {}).get("wall", float("nan"))
+
+    def ratio(x: str, y: str) -> float:
+        return w(x) / w(y)
+
+    orj = w("orjson floor")
+    rows = []
+    for name, v in f.items():
+        walls = ", ".join(f"{x:.1f}" for x in v["walls"])
+        rows.append(
+            f"| {name} | {v['wall']:.2f} | {walls} | {v['tree_mb']:.0f} | {v['main_mb']:.0f} | "
+            f"{v['wall'] / orj:.2f} |"
+        )
+    tot = shape.get("total", {})
+
+    def check(ok: bool) -> str:
+        return "met" if ok else "**not met**"
+
+    targets = []
+    r = ratio("export w2", "orjson floor")
+    targets.append(("export --workers 2 / orjson floor", f"{r:.2f}", "≤ 1.0", check(r <= 1.0)))
+    r = ratio("export w1", "orjson floor")
+    targets.append(("export --workers 1 / orjson floor", f"{r:.2f}", "≤ 1.5", check(r <= 1.5)))
+    r = ratio("stdlib json", "export w1")
+    targets.append(("stdlib-json script / export (w1)", f"{r:.2f}", "≥ 4", check(r >= 4)))
+    r = ratio("polars lazy", "export w1")
+    targets.append(("polars scan_ndjson / export (w1)", f"{r:.2f}", "≥ 2", check(r >= 2)))
+    r = ratio("inspect w1", "orjson floor")
+    targets.append(("inspect (w1) / orjson floor", f"{r:.2f}", "≤ 0.5", check(r <= 0.5)))
+    r = ratio("inspect w2", "orjson floor")
+    targets.append(("inspect --workers 2 / orjson floor", f"{r:.2f}", "≤ 0.5", check(r <= 0.5)))
+    for wk in ("w1", "w2"):
+        m = f.get(f"export {wk}", {}).get("tree_mb", float("nan"))
+        targets.append(
+            (f"peak RSS export {wk} (process tree)", f"{m:.0f} MB", "≤ 600 MB", check(m <= 600))
+        )
+        if f"export {wk} 4x" in f:
+            m4 = f[f"export {wk} 4x"]["tree_mb"]
+            g = m4 / m - 1
+            targets.append(
+                (f"RSS growth 4x corpus, export {wk}", f"{100 * g:+.1f}% ({m:.0f} → {m4:.0f} MB)",
+                 "< 10%", check(g < 0.10))
+            )  # fmt: skip
+    for name in ("gz", "zst"):
+        if f"export w1 {name}" in f:
+            r = w(f"export w1 {name}") / (w(f"decompress {name}") + w("export w1"))
+            targets.append(
+                (f"export .{name} / (decompression + plain export)", f"{r:.2f}", "≤ 1.3",
+                 check(r <= 1.3))
+            )  # fmt: skip
+    tgt = "\n".join(f"| {t[0]} | {t[1]} | {t[2]} | {t[3]} |" for t in targets)
+    shape_rows = "\n".join(
+        f"| {k} | {v['rows']:,} | {v['bytes'] / 1e6:,.0f} | "
+        f"{v['prompt_tokens'] / max(v['tokens'], 1):.1%} |"
+        for k, v in shape.items()
+        if isinstance(v, dict) and k != "total"
+    )
+    return f"""# Benchmark results
+
+Written by `benchmarks/run.py` ({started}); {a.rounds} interleaved rounds.
+Machine: {mach.get("cpu", "?")}, {mach.get("cores")} cores (shared with other work:
+load average {load0[0]:.1f} at the start, {load1[0]:.1f} at the end),
+{mach.get("memory", "?")}; Python {mach["python"]}, {mach["versions"]}.
+Absolute seconds depend on the load; the ratios of one interleaved run are what this measures.
+
+Corpus: `{a.data}` — {tot.get("rows", 0):,} rows, {tot.get("bytes", 0) / 1e9:.2f} GB,
+{tot.get("prompt_tokens", 0) / max(tot.get("tokens", 1), 1):.1%} of the tokens are prompt tokens
+(made by `benchmarks/make_corpus.py`, shape in `benchmarks/README.md`):
+
+| shard folder | rows | MB | prompt share of tokens |
+|---|---:|---:|---:|
+{shape_rows}
+
+## Targets
+
+| target | measured | wanted | |
+|---|---:|---:|---|
+{tgt}
+
+## Every job
+
+Wall time is the median over the rounds; memory is the peak over the rounds, of the whole
+process tree (workers included) and of the main process alone.
+
+| job | wall s (median) | every round | peak RSS tree MB | main MB | / orjson floor |
+|---|---:|---|---:|---:|---:|
+{chr(10).join(rows)}
+
+## Selection alone (`bench_select.py`, k = 50)
+
+```
+5,000 candidates:
+{sel.get(5000, "")}
+
+20,000 candidates:
+{sel.get(20000, "")}
+```
+
+## Profile of `export --per-source 50` (pyinstrument, one worker)
+
+```
+{profile}
+```
+"""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,304 @@
+"""The pass's fast reader (:func:`distprompt.fastrow.read_row`) against the plain full parser
+(:func:`distprompt.validate.parse_row`): the same verdict, reason and ``shard:line`` on every line
+— the bad-input cases of ``test_hostile`` and the random corruptions of ``test_fuzz`` — and the
+same values on every valid row; and the pass split into byte ranges and workers gives the same
+result as one whole read.
+
+Both of the fast reader's paths run: short lines are parsed whole, long ones checked as bytes;
+``SHORT_LINE`` is set to 0 (every line checked as bytes) and to a huge value (every line parsed)
+in turn.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from distprompt import fastrow
+from distprompt.errors import DataError
+from distprompt.fastrow import FullView, read_row
+from distprompt.sample import scan
+from distprompt.shards import Shard, discover_shards, iter_rows
+from distprompt.validate import parse_row
+from test_fuzz import EXAMPLES, REQUIRED, serialize, shards, valid_rows
+from test_hostile import ROW_CASES
+
+LIMITS = (None, 2, 1000, 1400, 1450, 151669, 10**18, 2**63)
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@pytest.fixture(params=["bytes", "whole"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(fastrow, "SHORT_LINE", 0 if request.param == "bytes" else 1 << 40)
+    return str(request.param)
+
+
+def _verdict(fn: Any, raw: bytes | None, **kw: Any) -> tuple[str, Any]:
+    try:
+        return "ok", fn(raw, shard="s.jsonl", line=7, offset=11, **kw)
+    except DataError as exc:
+        return "bad", (exc.reason, exc.shard, exc.line, str(exc))
+
+
+def agree(raw: bytes | None) -> None:
+    """read_row and parse_row agree on one line, for every id limit."""
+    want, ref = _verdict(parse_row, raw)
+    for limit in LIMITS:
+        got, view = _verdict(read_row, raw, id_limit=limit)
+        assert got == want, (raw, got, view, ref)
+        if want == "bad":
+            assert view == ref
+            continue
+        full = FullView(ref)
+        assert (view.source, view.seq_len, view.n_prompt_tokens, view.n_response_tokens) == (
+            full.source,
+            full.seq_len,
+            full.n_prompt_tokens,
+            full.n_response_tokens,
+        )
+        assert view.provenance == full.provenance
+        assert view.trained_turns == full.trained_turns
+        assert view.prompt_ids.dtype == np.int64
+        assert view.prompt_ids.tolist() == full.prompt_ids.tolist()
+        assert view.prompt_mask().dtype == np.int8
+        assert view.prompt_mask().tolist() == full.prompt_mask().tolist()
+        assert view.first_response_span() == full.first_response_span()
+        start, end = view.first_response_span()
+        assert view.ids(start, end).tolist() == full.ids(start, end).tolist()
+        assert view.ids(0, full.seq_len).tolist() == ref.input_ids.tolist()
+        for other in LIMITS:
+            if other is not None:
+                assert view.top_id(other) == full.top_id(other), (limit, other)
+
+
+@pytest.mark.parametrize("case", ROW_CASES, ids=[c[0] for c in ROW_CASES])
+def test_bad_input_cases(path: str, case: tuple[str, bytes, str, str]) -> None:
+    agree(case[1])
+
+
+def test_line_too_long(path: str) -> None:
+    agree(None)
+
+
+def _row(n: int, p: int, *, seed: int = 0) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    mask = (rng.random(n) < 0.5).astype(int).tolist()
+    ids = rng.integers(0, 160000, n).tolist()
+    return {
+        "input_ids": ids,
+        "loss_mask": mask,
+        "seq_len": n,
+        "n_prompt_tokens": p,
+        "n_response_tokens": n - p,
+        "source": "s",
+    }
+
+
+EDGE_LINES = [
+    # a nested "input_ids" key: the top-level one is the one read
+    json.dumps({**_row(5, 2), "meta": {"input_ids": [9, 9]}}).encode(),
+    json.dumps({"meta": {"loss_mask": [1]}, **_row(5, 2)}).encode(),
+    # the key inside a string
+    json.dumps({**_row(5, 2), "note": 'say "input_ids": [1]'}).encode(),
+    # spaced separators, tabs, a leading zero, -0, an exponent, a huge id
+    json.dumps(_row(6, 3)).encode(),
+    b'{"input_ids":[1,\t2],"loss_mask":[0,1],"seq_len":2,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s"}',
+    b'{"input_ids":[01,2],"loss_mask":[0,1],"seq_len":2,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s"}',
+    b'{"input_ids":[1,02],"loss_mask":[0,1],"seq_len":2,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s"}',
+    b'{"input_ids":[-0,2],"loss_mask":[0,1],"seq_len":2,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s"}',
+    b'{"input_ids":[1e2,2],"loss_mask":[0,1],"seq_len":2,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s"}',
+    b'{"input_ids":[0,2],"loss_mask":[0,-0],"seq_len":2,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s"}',
+    b'{"input_ids":[0,2],"loss_mask":[0,1 ],"seq_len":2,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s"}',
+    b'{"input_ids":[0,2],"loss_mask":[0,,1],"seq_len":3,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s"}',
+    b'{"input_ids":[0,,2],"loss_mask":[0,1,1],"seq_len":3,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s"}',
+    b'{"input_ids":[9223372036854775808,2],"loss_mask":[0,1],"seq_len":2,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s"}',
+    b'{"input_ids":[9223372036854775807,2],"loss_mask":[0,1],"seq_len":2,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s"}',
+    b'{"input_ids":[999999999999999999,2],"loss_mask":[0,1],"seq_len":2,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s"}',
+    b'{"input_ids":[151669,151668],"loss_mask":[0,1],"seq_len":2,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s"}',
+    b'{"loss_mask":[0,1],"input_ids":[151668,1516680],"seq_len":2,"n_prompt_tokens":2,'
+    b'"n_response_tokens":0,"source":"s"}',
+    b'{"input_ids":[1,2],"loss_mask":[0,1],"seq_len":2,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s","input_ids":[3,4]}',
+    b'{"input_ids":[1,2],"loss_mask":[0,1],"seq_len":2,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s","input\\u005fids":[3,4]}',
+    b'{"input_ids":[1,2],"loss_mask":[0,1],"seq_len":2,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s","loss_mask":[1,1]}',
+    b'{"input_ids":[1,2],"loss_mask":[0,1],"seq_len":2,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s","seq_len":2}',
+    b'{"input_ids":[1,2]"loss_mask":[0,1],"seq_len":2,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s"}',
+    b'{"input_ids":[1,2],"loss_mask":[0,1],"seq_len":2,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s"',
+    b'{"input_ids":[[1,2]],"loss_mask":[0,1],"seq_len":2,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s"}',
+    b'{"input_ids":[1,2],"loss_mask":[0,1],"seq_len":2,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s", "x": "]"}',
+    b'{"input_ids":[1,2],"loss_mask":[2,1],"seq_len":2,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s"}',
+    b'{"input_ids":[1,2],"loss_mask":[0,1],"seq_len":2,"n_prompt_tokens":1,'
+    b'"n_response_tokens":1,"source":"s"}',
+    b'{"input_ids" : [1,2] , "loss_mask" :[1, 1],"seq_len":2,"n_prompt_tokens":2,'
+    b'"n_response_tokens":0,"source":"s"}',
+    b'{"input_ids":[5],"loss_mask":[1],"seq_len":1,"n_prompt_tokens":1,'
+    b'"n_response_tokens":0,"source":"s"}',
+    json.dumps(_row(3000, 700, seed=1), separators=(",", ":")).encode(),
+    json.dumps(_row(3000, 3000, seed=2), separators=(",", ":")).encode(),
+    json.dumps(_row(3000, 1, seed=3)).encode(),
+]
+
+
+@pytest.mark.parametrize("raw", EDGE_LINES)
+def test_edge_lines(path: str, raw: bytes) -> None:
+    agree(raw)
+
+
+@FUZZ
+@given(case=shards(whole=True), short=st.booleans())
+def test_random_corruptions(case: tuple[bytes, str, bytes | None, int], short: bool) -> None:
+    """Every line of a randomly damaged shard: the same verdict and values."""
+    text = case[0]
+    old = fastrow.SHORT_LINE
+    fastrow.SHORT_LINE = 1 << 40 if short else 0
+    try:
+        for line in text.split(b"\n"):
+            if line.startswith(b"\xef\xbb\xbf"):
+                line = line[3:]
+            line = line.rstrip(b"\r")
+            if line and not line.isspace():
+                agree(line)
+    finally:
+        fastrow.SHORT_LINE = old
+
+
+@settings(max_examples=max(20, EXAMPLES // 4), deadline=None)
+@given(row=valid_rows(), style=st.sampled_from(["orjson", "ascii", "utf8"]), data=st.data())
+def test_long_rows(row: dict[str, Any], style: str, data: st.DataObject) -> None:
+    """Rows grown past the byte-check threshold, with one element damaged now and then."""
+    reps = data.draw(st.integers(1, 400))
+    for k in ("input_ids", "loss_mask"):
+        row[k] = row[k] * reps
+    row["seq_len"] *= reps
+    if data.draw(st.booleans()):
+        k = data.draw(st.sampled_from(["input_ids", "loss_mask"]))
+        row[k][data.draw(st.integers(0, len(row[k]) - 1))] = data.draw(
+            st.sampled_from([2, -1, True, 1.0, 10**19, 151669, 0, 1, "1", None])
+        )
+    if data.draw(st.booleans()):
+        row[data.draw(st.sampled_from(REQUIRED))] = data.draw(
+            st.sampled_from([0, -1, 1, "x", None, [], 10**6])
+        )
+    agree(serialize(row, style))
+
+
+def _partial_view(part: Any) -> Any:
+    pools = {
+        s: [
+            (
+                c.key,
+                c.provenance,
+                c.count,
+                c.prompt_ids.tolist(),
+                c.prompt_mask.tolist(),
+                c.response_ids.tolist(),
+                c.n_response_tokens,
+            )
+            for c in pool.candidates()
+        ]
+        for s, pool in part.pools.items()
+    }
+    stats = {
+        s: (st_.rows, st_.prompt_lengths, st_.trained_turns, st_.flags)
+        for s, st_ in part.stats.items()
+    }
+    return (
+        pools,
+        stats,
+        {s: p.distinct() for s, p in part.pools.items()},
+        dict(part.skipped),
+        dict(part.first_skip),
+        dict(part.anomalies),
+        dict(part.first_anomaly),
+        part.shard_rows,
+    )
+
+
+def _shard(folder: str, lines: list[bytes], name: str = "a.jsonl") -> Shard:
+    path = Path(folder) / name
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return Shard(path=path, name=name, size=path.stat().st_size)
+
+
+@FUZZ
+@given(case=shards(whole=True), unit=st.integers(1, 400), k=st.integers(1, 6))
+def test_units_merge_exactly(case: tuple[bytes, str, bytes | None, int], unit: int, k: int) -> None:
+    """A shard read in byte ranges of any size merges to the same result as one read,
+    errors included: the same first bad row (shard:line) in raise mode."""
+    text = case[0]
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "a.jsonl"
+        path.write_bytes(text)
+        shard = Shard(path=path, name="a.jsonl", size=path.stat().st_size)
+        kw: dict[str, Any] = {"max_candidates": k, "skip_bad_rows": True, "vocab_size": 1450}
+        whole = scan([shard], **kw)
+        split = scan([shard], unit_bytes=unit, **kw)
+        assert _partial_view(split) == _partial_view(whole)
+        errors = []
+        for ub in (None, unit):
+            try:
+                scan([shard], max_candidates=k, vocab_size=1450, unit_bytes=ub)
+                errors.append(None)
+            except Exception as exc:  # the same error, with the same line, either way
+                errors.append((type(exc).__name__, str(exc)))
+        assert errors[0] == errors[1]
+
+
+def test_workers_give_identical_results(tmp_path: Path) -> None:
+    rows = [json.dumps(_row(50 + i % 37, 10 + i % 11, seed=i)).encode() for i in range(400)]
+    rows[123] = b"not json"
+    rows[300] = b""
+    for i in range(0, 400, 50):
+        rows.insert(i, rows[i + 1])  # duplicates across ranges
+    _shard(str(tmp_path), rows)
+    shards_ = discover_shards(tmp_path)
+    kw: dict[str, Any] = {"max_candidates": 50, "skip_bad_rows": True, "vocab_size": 151000}
+    one = _partial_view(scan(shards_, **kw))
+    assert _partial_view(scan(shards_, workers=2, unit_bytes=4096, **kw)) == one
+    assert _partial_view(scan(shards_, workers=2, unit_bytes=1 << 20, **kw)) == one
+    assert one[4]["invalid_json"] == "a.jsonl:" + str(1 + 123 + 3)
+
+
+def test_iter_rows_fast_equals_full(tmp_path: Path) -> None:
+    """iter_rows with either parser: the same rows, skips and first shard:line."""
+    lines = [c[1] for c in ROW_CASES] + EDGE_LINES + [serialize(_row(40, 5), "orjson")] * 3
+    shard = _shard(str(tmp_path), lines)
+    out = []
+    for parse in (parse_row, read_row):
+        skipped: dict[str, int] = {}
+        first: dict[str, str] = {}
+        rows = list(iter_rows(shard, skipped=skipped, first_skip=first, parse=parse))
+        out.append(([(r.provenance, r.prompt_ids.tolist()) for r in rows], skipped, first))
+    assert out[0] == out[1]
