@@ -100,15 +100,41 @@ def child(config: str, data: str, k: int) -> None:
     )
 
 
+def merge_cost(data: str, k: int) -> dict[str, float]:
+    """What the driver spends on one unit's partial: unpickling it and merging it into the
+    total (here: the whole corpus read as one partial, merged into the partial of another seed,
+    so no key is shared and every candidate is inserted or rejected)."""
+    import pickle
+
+    from distprompt.sample import scan
+    from distprompt.shards import discover_shards
+
+    shards = discover_shards(data)
+    part = scan(shards, max_candidates=k)
+    other = scan(shards, max_candidates=k, seed=1)
+    n = sum(len(p) for p in part.pools.values())
+    blob = pickle.dumps(part)
+    t = time.process_time()
+    got = pickle.loads(blob)
+    loads = time.process_time() - t
+    t = time.process_time()
+    other.merge(got)
+    merge = time.process_time() - t
+    return {"candidates": n, "bytes": len(blob), "unpickle_s": loads, "merge_s": merge}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--copies", type=int, default=20)
     ap.add_argument("--parts", type=int, default=2, help="shards per source")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-candidates", type=int, default=2000)
-    ap.add_argument("--child", choices=CONFIGS)
+    ap.add_argument("--child", choices=[*CONFIGS, "merge"])
     ap.add_argument("--data")
     a = ap.parse_args()
+    if a.child == "merge":
+        print(json.dumps(merge_cost(a.data, a.max_candidates)))
+        return 0
     if a.child:
         child(a.child, a.data, a.max_candidates)
         return 0
@@ -132,6 +158,15 @@ def main() -> int:
             print(
                 f"| {config} | {med['seconds']:.2f} | {med['seconds'] / mib:.4f} | "
                 f"{med['start']:.1f} | {med['driver_cpu']:.2f} | {med['peak_mib']:.0f} |"
+            )
+        for k in sorted({a.max_candidates, 20000}):
+            cmd = [sys.executable, __file__, "--child", "merge", "--data", tmp]
+            out = subprocess.run([*cmd, "--max-candidates", str(k)], capture_output=True, text=True)
+            m = json.loads(out.stdout.strip().splitlines()[-1])
+            print(
+                f"driver per partial, k={k}: {m['candidates']} candidates, "
+                f"{m['bytes'] / 2**20:.1f} MiB pickled; unpickle {m['unpickle_s']:.3f} s, "
+                f"merge {m['merge_s']:.3f} s"
             )
         print(
             "all runs:",
