@@ -40,6 +40,7 @@ __all__ = [
     "UnitFailure",
     "connect_ray",
     "ray_map",
+    "ray_unit_bytes",
     "require_engine",
 ]
 
@@ -137,6 +138,20 @@ def _ray_started_here() -> bool:
     """Whether ``ray start`` runs a cluster on this machine (its address file exists)."""
     tmp = os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()
     return Path(tmp, "ray", "ray_current_cluster").is_file()
+
+
+#: Units per CPU of the cluster when a large corpus is split for Ray: enough to balance the load,
+#: few enough that the driver, which unpickles and merges every unit's partial, keeps up.
+UNITS_PER_CPU = 4
+
+
+def ray_unit_bytes(total_bytes: int, floor: int, *, address: str | None = None) -> int:
+    """The byte range a Ray task reads: ``floor``, or larger for a corpus of more than
+    :data:`UNITS_PER_CPU` such ranges per CPU of the cluster (see docs/scale.md: the driver's
+    cost per unit, not the workers', bounds the pass on a large cluster)."""
+    ray = connect_ray(address)
+    cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+    return max(floor, -(-total_bytes // (UNITS_PER_CPU * cpus)))
 
 
 def _reason(exc: BaseException) -> str:

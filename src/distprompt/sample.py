@@ -592,7 +592,11 @@ def scan(
         "check": check,
         "max_line_bytes": max_line_bytes,
     }
-    if unit_bytes is None and (workers > 1 or engine == "ray"):
+    if unit_bytes is None and engine == "ray":
+        from distprompt.engine import ray_unit_bytes
+
+        unit_bytes = ray_unit_bytes(sum(s.size for s in shards), UNIT_BYTES, address=ray_address)
+    elif unit_bytes is None and workers > 1:
         unit_bytes = UNIT_BYTES
     work = units(shards, unit_bytes=unit_bytes)
     use_processes = (workers > 1 or bool(processes)) and (len(work) > 1 or bool(processes))
