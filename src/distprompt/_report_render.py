@@ -128,18 +128,25 @@ def _length_plot(report: Report, key: str) -> bytes:
         title = label if s is None else f"{label}\nKS {s:.3f} (random {r:.3f})"
         ax.set_title(title, fontsize=9)
         if corpus and min(corpus) > 0 and max(corpus) / max(1, min(corpus)) > 20:
-            from matplotlib.ticker import NullFormatter
+            from matplotlib.ticker import NullLocator
 
             ax.set_xscale("log")
-            ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.xaxis.set_minor_locator(NullLocator())  # unlabelled anyway; costly to place
         ax.tick_params(labelsize=7)
         ax.set_ylim(0, 1.02)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     if axes.flat[0].get_legend_handles_labels()[0]:  # an empty first panel has nothing to name
         axes.flat[0].legend(fontsize=7, frameon=False, loc="lower right")
-    fig.suptitle(f"{key.capitalize()} length (tokens): cumulative distribution", fontsize=11)
-    fig.tight_layout()
+    height = 2.6 * rows
+    fig.suptitle(
+        f"{key.capitalize()} length (tokens): cumulative distribution",
+        fontsize=11,
+        y=1 - 0.08 / height,
+        va="top",
+    )
+    # Fixed spacing (room for the two-line titles): tight_layout would draw the figure once more.
+    fig.subplots_adjust(hspace=0.75, wspace=0.3, top=1 - 0.85 / height)
     return _png(fig)
 
 

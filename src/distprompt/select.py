@@ -31,6 +31,7 @@ logger = logging.getLogger("distprompt.select")
 
 METHODS = ("herding", "kmedoids", "random")
 _MAX_EXACT = 4000  # pool size up to which the mean embedding is computed exactly
+_LANDMARKS = 2000  # landmarks of the mean embedding beyond that
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -90,10 +91,11 @@ def herding(
         return list(range(n))
     rng = np.random.default_rng(seed)
     gamma = _gamma(x, rng)
-    land = np.arange(n) if n <= _MAX_EXACT else np.sort(rng.choice(n, _MAX_EXACT, replace=False))
+    # Larger pools: the mean embedding against a uniform sample of landmarks (linear in n).
+    land = np.arange(n) if n <= _MAX_EXACT else np.sort(rng.choice(n, _LANDMARKS, replace=False))
     mu = np.empty(n)
-    for s in range(0, n, 2048):
-        mu[s : s + 2048] = np.exp(-gamma * sq_distances(x[s : s + 2048], x[land])).mean(1)
+    for s in range(0, n, 512):  # 512 x landmarks floats at a time
+        mu[s : s + 512] = np.exp(-gamma * sq_distances(x[s : s + 512], x[land])).mean(1)
     repulse = np.zeros(n)
     # sparse @ dense vector: linear in the non-zeros, where sparse @ sparse builds a product
     # matrix each step

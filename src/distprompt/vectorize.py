@@ -16,10 +16,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Features", "vectorize"]
+__all__ = ["FEATURE_BUDGET", "Features", "vectorize"]
 
 _BIGRAM_BUCKETS = 1 << 20
 _SVD_FIT_MAX = 4000  # pools larger than this fit the SVD on a uniform sample of this many
+#: Tokens of a pool that make features (see ``vectorize(token_budget=)``).
+FEATURE_BUDGET = 3_000_000
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -56,20 +58,22 @@ def _counts(docs: Sequence[np.ndarray], vocab_hint: int) -> Any:
         if a.shape[0] > 1:
             bi = vocab_hint + ((a[:-1] * 1_000_003 + a[1:]) % _BIGRAM_BUCKETS)
             a = np.concatenate([a, bi])
-        cols.append(a)
+        cols.append(a.astype(np.int32))  # column ids < 2**31: half the memory of int64
         lengths[i + 1] = a.shape[0]
-    c = np.concatenate(cols) if cols else np.zeros(0, dtype=np.int64)
+    c = np.concatenate(cols) if cols else np.zeros(0, dtype=np.int32)
+    del cols
     m = sparse.csr_matrix(
         (np.ones(c.shape[0], dtype=np.float64), c, np.cumsum(lengths)),
         shape=(len(docs), n_cols),
     )
+    del c
     m.sum_duplicates()
     # Compact the column space in linear time (no sort of all features).
     df = np.bincount(m.indices, minlength=n_cols)
     keep = df >= 2
     if not keep.any():
         keep = df >= 1
-    remap = np.cumsum(keep) - 1
+    remap = (np.cumsum(keep) - 1).astype(np.int32)
     mask = keep[m.indices]
     kept_before = np.concatenate([[0], np.cumsum(mask)])
     indptr = kept_before[m.indptr]
@@ -77,6 +81,16 @@ def _counts(docs: Sequence[np.ndarray], vocab_hint: int) -> Any:
         (m.data[mask], remap[m.indices[mask]], indptr), shape=(len(docs), max(1, int(keep.sum())))
     )
     return out
+
+
+def _budget(prompts: Sequence[np.ndarray], budget: int) -> Sequence[np.ndarray]:
+    """Each prompt's first and last ``w`` tokens, ``w`` such that the pool's features stay
+    within ``budget`` tokens (prompts already within it are kept whole)."""
+    total = sum(len(p) for p in prompts)
+    if total <= budget:
+        return prompts
+    w = max(16, budget // (2 * len(prompts)))
+    return [p if len(p) <= 2 * w else np.concatenate([p[:w], p[len(p) - w :]]) for p in prompts]
 
 
 def vectorize(
@@ -87,6 +101,7 @@ def vectorize(
     response_lengths: Sequence[int] | None = None,
     length_weight: float = 1.0,
     seed: int = 0,
+    token_budget: int = FEATURE_BUDGET,
 ) -> Features:
     """TF-IDF/LSA features of token-id sequences, plus the joint selection space.
 
@@ -98,6 +113,9 @@ def vectorize(
         response_lengths: Recorded output length of each candidate; adds a joint-space column.
         length_weight: Scale of the z-scored log lengths in the joint space.
         seed: Seeds the randomized SVD.
+        token_budget: At most this many tokens of the pool make features: beyond it, each
+            prompt contributes its first and last ``budget / (2 n)`` tokens. Bounds the
+            matrix (and the memory and time of selection) whatever the pool size.
 
     Example:
         >>> import numpy as np
@@ -110,6 +128,9 @@ def vectorize(
     from sklearn.preprocessing import normalize
 
     n = len(prompts)
+    if lengths is None:
+        lengths = [len(p) for p in prompts]
+    prompts = _budget(prompts, token_budget)
     vocab_hint = int(max((int(p.max()) for p in prompts if len(p)), default=0)) + 1
     counts = _counts(prompts, vocab_hint)
     tfidf = TfidfTransformer(sublinear_tf=True).fit_transform(counts)
@@ -132,8 +153,6 @@ def vectorize(
     else:
         content = np.zeros((n, 1))
     content = normalize(content)
-    if lengths is None:
-        lengths = [len(p) for p in prompts]
     log_len = np.log(np.maximum(1, np.asarray(lengths, dtype=np.float64)))
     columns = [content, length_weight * _zscore(log_len)[:, None]]
     if response_lengths is not None:

@@ -1,0 +1,109 @@
+"""The bytes of an export of ``data_samples/`` are pinned: speed work must not change them.
+
+Hashes of ``suite.jsonl`` and of the stable part of ``manifest.json`` (without the library
+versions, the tokenizer's path and the DATA spelling) for ``--per-source 20``, seed 0, Qwen3:
+
+* ``FULL_PROMPT_*``: features from whole prompts — the output before issue 10, reproduced by the
+  current code when the feature window is made larger than every prompt;
+* ``SUITE``: the current output, features from the bounded window (head 256 + tail 256 tokens;
+  a deliberate change, measured in docs/concepts.md).
+
+Both with one worker, two workers, and two workers reading shards in small byte ranges. The
+numbers of an SVD depend on the numeric libraries, so the hashes hold for the versions they
+were recorded with; with others the test is skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import SAMPLES_DIR
+
+VERSIONS = {
+    "numpy": "2.4.6",
+    "scipy": "1.17.1",
+    "scikit-learn": "1.9.1",
+    "tokenizers": "0.23.3",
+    "transformers": "5.24.0",
+}
+FULL_PROMPT_SUITE = "2c7ff922795616299e8aa81165a026fcfe28502715986a05dcbe1ac1f84fa1dd"
+FULL_PROMPT_REPORT = "677bd9d9d1ed428f4a7be096654e6aa5c1ddfbd40bc3c3303e0aa969020a2d51"
+SUITE = "ab74611b41e69ddaf4233b9c65ed9254b2da8dd85bf92aa27255e1722433d79d"
+MANIFEST = "675894e9db01cae4b9aac7875520c8a993388a38978a33832291d7732acb2ed3"
+
+
+def _versions() -> dict[str, str]:
+    import numpy
+    import scipy
+    import sklearn
+    import tokenizers
+    import transformers
+
+    return {
+        "numpy": numpy.__version__,
+        "scipy": scipy.__version__,
+        "scikit-learn": sklearn.__version__,
+        "tokenizers": tokenizers.__version__,
+        "transformers": transformers.__version__,
+    }
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _stable_manifest(path: Path) -> str:
+    m: dict[str, Any] = json.loads(path.read_text())
+    m.pop("versions")
+    m.pop("data")
+    m["tokenizer"] = {k: v for k, v in m["tokenizer"].items() if k != "name"}
+    return hashlib.sha256(json.dumps(m, sort_keys=True).encode()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def pinned_versions() -> None:
+    found = _versions()
+    if found != VERSIONS:
+        pytest.skip(f"hashes recorded with {VERSIONS}, found {found}")
+
+
+def _export(out: Path, qwen_dir: Path, **kw: Any) -> None:
+    from distprompt import build_suite
+
+    build_suite(
+        SAMPLES_DIR / "prepared", tokenizer=str(qwen_dir), per_source=20, seed=0, **kw
+    ).save(out)
+
+
+@pytest.mark.parametrize("how", ["w1", "w2", "w2-ranges"])
+def test_export_bytes_pinned(
+    pinned_versions: None,
+    qwen_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    how: str,
+) -> None:
+    from distprompt import sample
+
+    if how == "w2-ranges":
+        monkeypatch.setattr(sample, "UNIT_BYTES", 150_000)  # every shard in several ranges
+    _export(tmp_path / "o", qwen_dir, workers=1 if how == "w1" else 2)
+    assert _sha(tmp_path / "o" / "suite.jsonl") == SUITE
+    assert _stable_manifest(tmp_path / "o" / "manifest.json") == MANIFEST
+
+
+def test_whole_prompt_features_reproduce_the_output_before(
+    pinned_versions: None, qwen_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from distprompt import records
+
+    monkeypatch.setattr(records, "FEATURE_HEAD", 10**9)
+    _export(tmp_path / "o", qwen_dir)
+    assert _sha(tmp_path / "o" / "suite.jsonl") == FULL_PROMPT_SUITE
+    assert _sha(tmp_path / "o" / "report.json") == FULL_PROMPT_REPORT
+    assert _stable_manifest(tmp_path / "o" / "manifest.json") == MANIFEST
