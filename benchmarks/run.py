@@ -228,6 +228,16 @@ def main() -> int:
             cwd=REPO,
         )
         profile = _trim_profile(pr.stdout)
+        pr = subprocess.run(
+            ["pyinstrument", "-m", "distprompt", "inspect", a.data, "--json"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
+        out = pr.stdout
+        profile += "\n\n# inspect (the pass alone, in one process)\n" + _trim_profile(
+            out[out.find("_     ._") :] if "_     ._" in out else out, lines=60
+        )
     shape_file = Path(a.data).parent / f"{Path(a.data).name}.shape.json"
     shape = json.loads(shape_file.read_text()) if shape_file.is_file() else {}
     figures = {
@@ -358,7 +368,10 @@ process tree (workers included) and of the main process alone.
 {sel.get(20000, "")}
 ```
 
-## Profile of `export --per-source 50` (pyinstrument, one worker)
+## Profiles (pyinstrument)
+
+`export --per-source 50` with one worker (the pass runs in a worker process while the main one
+loads the tokenizer, so it shows as waiting in `scan`), then `inspect` (the pass in-process).
 
 ```
 {profile}

@@ -221,9 +221,9 @@ def _partial_view(part: Any) -> Any:
                 c.key,
                 c.provenance,
                 c.count,
-                c.prompt_ids.tolist(),
-                c.prompt_mask.tolist(),
-                c.response_ids.tolist(),
+                c.feature_ids.tolist(),
+                c.n_prompt_tokens,
+                c.first_response_length,
                 c.n_response_tokens,
             )
             for c in pool.candidates()
@@ -302,3 +302,26 @@ def test_iter_rows_fast_equals_full(tmp_path: Path) -> None:
         rows = list(iter_rows(shard, skipped=skipped, first_skip=first, parse=parse))
         out.append(([(r.provenance, r.prompt_ids.tolist()) for r in rows], skipped, first))
     assert out[0] == out[1]
+
+
+def test_selected_candidates_are_read_back(tmp_path: Path) -> None:
+    """Pools of plain shards hold windows only; load_candidates reads the rest back by offset,
+    and refuses a shard that changed since the pass."""
+    from distprompt.errors import InputError
+    from distprompt.sample import load_candidates
+
+    rows = [json.dumps(_row(900 + i, 600 + i, seed=i)).encode() for i in range(5)]
+    shard = _shard(str(tmp_path), rows)
+    part = scan([shard], max_candidates=10)
+    cands = part.pools["s"].candidates()
+    assert all(not c.loaded and c.window is not None for c in cands)
+    full = load_candidates(cands, [shard])
+    for c in full:
+        r = json.loads(rows[c.provenance.line - 1])
+        n = r["n_prompt_tokens"]
+        assert c.prompt_ids is not None and c.prompt_ids.tolist() == r["input_ids"][:n]
+        assert c.prompt_mask is not None and c.prompt_mask.tolist() == r["loss_mask"][:n]
+        assert c.response_ids is not None and len(c.response_ids) == c.first_response_length
+    shard.path.write_bytes(b"\n".join(reversed(rows)) + b"\n")
+    with pytest.raises(InputError, match="changed"):
+        load_candidates(cands, [shard])

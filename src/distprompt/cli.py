@@ -38,7 +38,10 @@ Data = Annotated[
         "(.jsonl, .jsonl.gz, .jsonl.zst)."
     ),
 ]
-Workers = Annotated[int, typer.Option(help="Processes reading shards in parallel.", min=1)]
+Workers = Annotated[
+    int,
+    typer.Option(help="Processes reading shards in parallel (large shards in byte ranges).", min=1),
+]
 
 
 class EngineName(str, Enum):

@@ -133,7 +133,11 @@ def vectorize(
     prompts = _budget(prompts, token_budget)
     vocab_hint = int(max((int(p.max()) for p in prompts if len(p)), default=0)) + 1
     counts = _counts(prompts, vocab_hint)
-    tfidf = TfidfTransformer(sublinear_tf=True).fit_transform(counts)
+    if n <= _SVD_FIT_MAX:
+        tfidf = TfidfTransformer(sublinear_tf=True).fit_transform(counts)
+    else:
+        tfidf = _tfidf_inplace(counts)
+    del counts
     k = min(dims, n - 1, tfidf.shape[1] - 1)
     if k >= 1:
         # Two power iterations are plenty for LSA-grade components and halve the cost of five.
@@ -163,6 +167,20 @@ def vectorize(
         columns.append(length_weight * _zscore(log_resp)[:, None])
     joint = np.hstack(columns)
     return Features(tfidf=tfidf, content=content, joint=joint, log_length=log_len)
+
+
+def _tfidf_inplace(m: Any) -> Any:
+    """TfidfTransformer(sublinear_tf=True) computed in the counts matrix itself (large pools:
+    no copy of the biggest matrix of the run)."""
+    from sklearn.preprocessing import normalize
+
+    n = m.shape[0]
+    df = np.bincount(m.indices, minlength=m.shape[1]).astype(np.float64)
+    idf = np.log((n + 1) / (df + 1)) + 1.0
+    np.log(m.data, out=m.data)
+    m.data += 1.0
+    m.data *= idf[m.indices]
+    return normalize(m, copy=False)
 
 
 def _zscore(v: np.ndarray) -> np.ndarray:
