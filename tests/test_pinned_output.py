@@ -8,7 +8,8 @@ versions, the tokenizer's path and the DATA spelling) for ``--per-source 20``, s
 * ``SUITE``: the current output, features from the bounded window (head 256 + tail 256 tokens;
   a deliberate change, measured in docs/concepts.md).
 
-Both with one worker, two workers, and two workers reading shards in small byte ranges. The
+With one worker, two workers, two workers reading shards in small byte ranges, the pass in a
+worker process while the tokenizer loads, and a wrong vocabulary size guessed for it. The
 numbers of an SVD depend on the numeric libraries, so the hashes hold for the versions they
 were recorded with; with others the test is skipped.
 """
@@ -80,7 +81,7 @@ def _export(out: Path, qwen_dir: Path, **kw: Any) -> None:
     ).save(out)
 
 
-@pytest.mark.parametrize("how", ["w1", "w2", "w2-ranges"])
+@pytest.mark.parametrize("how", ["w1", "w2", "w2-ranges", "overlap", "wrong-guess"])
 def test_export_bytes_pinned(
     pinned_versions: None,
     qwen_dir: Path,
@@ -88,11 +89,15 @@ def test_export_bytes_pinned(
     monkeypatch: pytest.MonkeyPatch,
     how: str,
 ) -> None:
-    from distprompt import sample
+    from distprompt import pipeline, sample
 
     if how == "w2-ranges":
         monkeypatch.setattr(sample, "UNIT_BYTES", 150_000)  # every shard in several ranges
-    _export(tmp_path / "o", qwen_dir, workers=1 if how == "w1" else 2)
+    if how in ("overlap", "wrong-guess"):  # the pass in a worker while the tokenizer loads
+        monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
+    if how == "wrong-guess":  # a vocabulary read wrong off tokenizer.json: read again
+        monkeypatch.setattr(pipeline, "quick_vocab_size", lambda spec: 1000)
+    _export(tmp_path / "o", qwen_dir, workers=2 if how.startswith("w2") else 1)
     assert _sha(tmp_path / "o" / "suite.jsonl") == SUITE
     assert _stable_manifest(tmp_path / "o" / "manifest.json") == MANIFEST
 

@@ -133,7 +133,6 @@ def build_suite(
         if warn is not None:
             warn(msg)
 
-    shards = None
     skip = config.on_error == "skip"
     scan_kw: dict[str, Any] = {
         "max_candidates": config.max_candidates,
@@ -145,6 +144,7 @@ def build_suite(
         "ray_address": config.ray_address,
     }
     guess = quick_vocab_size(tokenizer)
+    part: Partial | None
     if guess is None:
         tok, tinfo = load_tokenizer(tokenizer)
         shards = discover_shards(data, warn=_warn)
@@ -161,7 +161,7 @@ def build_suite(
         loader = _Loader(tokenizer)
         overlap = sum(s.size for s in shards) >= _OVERLAP_BYTES
         if not overlap:
-            loader.run()
+            loader.result()  # loaded first: a bad tokenizer stops the run before any read
         try:
             part = scan(
                 shards,
@@ -173,14 +173,18 @@ def build_suite(
             )
         except (KeyboardInterrupt, SystemExit):
             raise
-        except BaseException:
+        except BaseException as exc:
             err = loader.join()  # a bad tokenizer is reported first, as always
             if err is not None:
                 raise err from None
-            raise
+            assert loader.value is not None
+            if not isinstance(exc, TokenizerError) or loader.value[1].vocab_size == guess:
+                raise
+            part = None  # ids beyond the guessed vocabulary: judge them by the real one
         tok, tinfo = loader.result()
-        if tinfo.vocab_size != guess:
+        if part is None or tinfo.vocab_size != guess:
             part = scan(shards, vocab_size=tinfo.vocab_size, tokenizer_name=tinfo.name, **scan_kw)
+    assert part is not None
     for name, why in sorted(part.failed.items()):
         _warn(f"{name}: left out (--on-error skip): {why}")
     _check_vocab(part, tinfo)
