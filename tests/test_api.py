@@ -16,11 +16,13 @@ def test_all_is_complete_and_importable() -> None:
         "cluster",
         "config",
         "decode",
+        "engine",
         "errors",
         "export",
         "fastrow",
         "pipeline",
         "records",
+        "remote",
         "sample",
         "select",
         "shards",
@@ -58,7 +60,8 @@ def test_errors_inherit_builtins() -> None:
 def test_import_is_light() -> None:
     code = (
         "import sys, distprompt, distprompt.cli; "
-        "print(sorted(m for m in ('transformers', 'sklearn', 'datasets', 'matplotlib') "
+        "print(sorted(m for m in ('transformers', 'sklearn', 'datasets', 'matplotlib', 'ray', "
+        "'fsspec') "
         "if m in sys.modules))"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -54,6 +54,29 @@ Glob = Annotated[
 ]
 
 
+class EngineName(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
+EngineOpt = Annotated[
+    EngineName,
+    typer.Option(
+        "--engine",
+        help="Where the pass runs: local (this machine, --workers processes) or ray (one Ray "
+        "task per shard; pip install 'distprompt[ray]'). Same result either way.",
+    ),
+]
+RayAddress = Annotated[
+    str | None,
+    typer.Option(
+        "--ray-address",
+        help="Ray cluster for --engine ray (auto, host:6379, ray://host:10001); default: "
+        "RAY_ADDRESS, else start or join a Ray on this machine.",
+    ),
+]
+
+
 class OnError(str, Enum):
     raise_ = "raise"
     skip = "skip"
@@ -141,6 +164,8 @@ def export(
     ] = 0.0,
     workers: Workers = 1,
     glob: Glob = None,
+    engine: EngineOpt = EngineName.local,
+    ray_address: RayAddress = None,
     no_turns: Annotated[bool, typer.Option("--no-turns", help="Skip chat-turn recovery.")] = False,
     no_tokenizer_check: Annotated[
         bool,
@@ -181,6 +206,8 @@ def export(
         method=method.value,
         max_output_tokens=max_output_tokens,
         workers=workers,
+        engine=engine.value,
+        ray_address=ray_address,
         recover_turns=not no_turns,
         check_tokenizer=not no_tokenizer_check,
         glob=glob,
@@ -264,6 +291,8 @@ def inspect_cmd(
     ] = False,
     workers: Workers = 1,
     glob: Glob = None,
+    engine: EngineOpt = EngineName.local,
+    ray_address: RayAddress = None,
 ) -> None:
     """Show what is in a corpus, from one streaming pass: sources, shares, lengths, anomalies."""
     from distprompt.corpus import inspect_corpus
@@ -272,6 +301,8 @@ def inspect_cmd(
         data if len(data) > 1 else data[0],
         tokenizer=tokenizer,
         workers=workers,
+        engine=engine.value,
+        ray_address=ray_address,
         progress=sys.stderr.isatty(),
         glob=glob,
     )

@@ -36,6 +36,8 @@ class Config:
     # False writes a suite even when the tokenizer checks fail (the verdict is recorded).
     check_tokenizer: bool = True
     glob: str | None = None
+    engine: str = "local"
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         if self.total is not None and self.per_source is not None:
@@ -84,6 +86,9 @@ class Config:
                 raise ConfigError(
                     f"expected {name} to be {expected}, found {getattr(self, name)!r}"
                 )
+        from distprompt.engine import require_engine
+
+        require_engine(self.engine)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

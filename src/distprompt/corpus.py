@@ -261,6 +261,8 @@ def inspect_corpus(
     *,
     tokenizer: Any = None,
     workers: int = 1,
+    engine: str = "local",
+    ray_address: str | None = None,
     progress: bool = False,
     round_trip_sample: int = ROUND_TRIP_SAMPLE,
     max_candidates: int = 4096,
@@ -278,6 +280,8 @@ def inspect_corpus(
         tokenizer: Local tokenizer folder, ``tokenizer.json``, hub id or loaded tokenizer; None
             skips the tokenizer checks.
         workers: Processes reading shards in parallel (does not change the result).
+        engine: ``local`` or ``ray`` (see :func:`distprompt.build_suite`).
+        ray_address: The Ray cluster for ``engine="ray"``; None starts or joins a local Ray.
         progress: Progress bar on stderr.
         round_trip_sample: Prompts per source decoded and re-encoded for the round-trip rate.
         max_candidates: Unique prompts kept per source; distinct counts are exact up to it.
@@ -301,9 +305,11 @@ def inspect_corpus(
         256
     """
     from distprompt.decode import load_tokenizer
+    from distprompt.engine import require_engine
     from distprompt.sample import scan
     from distprompt.shards import find_shards
 
+    require_engine(engine)
     found = find_shards(data, glob=glob)
     shards = found.shards
     tok = tinfo = checks = None
@@ -320,7 +326,11 @@ def inspect_corpus(
         workers=workers,
         progress=progress,
         check=checks.row_check if checks else None,
+        engine=engine,
+        ray_address=ray_address,
     )
+    for name, why in sorted(part.failed.items()):
+        logger.warning("%s: left out: %s", name, why)
     total_rows = sum(st.rows for st in part.stats.values())
     total_tokens = sum(_weighted_sum(st.seq_lengths) for st in part.stats.values())
     round_trips: dict[str, tuple[int, int, str | None]] = {}

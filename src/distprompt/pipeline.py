@@ -64,6 +64,8 @@ def build_suite(
     max_output_tokens: int | None = None,
     near_duplicate: float = 0.95,
     workers: int = 1,
+    engine: str = "local",
+    ray_address: str | None = None,
     recover_turns: bool = True,
     check_tokenizer: bool = True,
     glob: str | None = None,
@@ -86,6 +88,10 @@ def build_suite(
         max_output_tokens: Cap on each item's ``max_tokens``.
         near_duplicate: TF-IDF cosine at which two prompts count as near-duplicates.
         workers: Processes reading shards in parallel (does not change the result).
+        engine: ``local`` (this machine) or ``ray`` (Ray tasks, one per shard; needs
+            ``pip install 'distprompt[ray]'``); does not change the result.
+        ray_address: The Ray cluster for ``engine="ray"``; None starts or joins a Ray on this
+            machine (see :func:`distprompt.engine.connect_ray`).
         recover_turns: Recover chat ``messages`` and check fidelity (needs a chat template).
         check_tokenizer: Refuse a tokenizer that fails the checks ``inspect`` runs
             (``vocabulary``, ``template_markers``, ``round_trip``; see :mod:`distprompt.checks`).
@@ -130,6 +136,8 @@ def build_suite(
         recover_turns=recover_turns,
         check_tokenizer=check_tokenizer,
         glob=glob,
+        engine=engine,
+        ray_address=ray_address,
     )
     warnings: list[str] = []
 
@@ -160,7 +168,11 @@ def build_suite(
         check=checks.row_check,
         processes=big or None,
         on_started=_start_warm_imports if big else None,
+        engine=config.engine,
+        ray_address=config.ray_address,
     )
+    for name, why in sorted(part.failed.items()):
+        _warn(f"{name}: left out (--on-error skip): {why}")
     # The checks inspect runs, on this pass (the round trip samples the candidate pools).
     verdict, _ = run_checks(
         checks,
@@ -217,7 +229,7 @@ def build_suite(
     if config.recover_turns:
         profile = _learn_profile(tok, tinfo, _warn)
 
-    items: list[SuiteItem] = []
+    picks: list[_Pick] = []
     selected_counts: dict[str, int] = {}
     evidence: dict[str, SourceEvidence | None] = {}
     for source in sorted(part.stats):
@@ -226,18 +238,10 @@ def build_suite(
         loaded = load_candidates([c for c, _, _ in chosen], shards, seed=config.seed)
         chosen = [(c, size, w) for c, (_, size, w) in zip(loaded, chosen, strict=True)]
         selected_counts[source] = len(chosen)
-        for cluster, (cand, size, weight) in enumerate(chosen):
-            items.append(
-                _make_item(
-                    cand,
-                    cluster=cluster,
-                    size=size,
-                    weight=weight,
-                    tokenizer=tok,
-                    profile=profile,
-                    config=config,
-                )
-            )
+        picks.extend(
+            (cand, cluster, size, weight) for cluster, (cand, size, weight) in enumerate(chosen)
+        )
+    items = _make_items(picks, tokenizer=tok, profile=profile, config=config, warn=_warn)
 
     manifest = _manifest(
         config,
@@ -380,6 +384,62 @@ def _select_source(
     return chosen, ev
 
 
+#: A selected candidate and its cluster index, cluster size and weight.
+_Pick = tuple[Candidate, int, int, float]
+
+
+def _make_batch(picks: Sequence[_Pick], shared: tuple[Any, Any, Config]) -> list[SuiteItem]:
+    tokenizer, profile, config = shared
+    return [
+        _make_item(
+            cand,
+            cluster=cluster,
+            size=size,
+            weight=weight,
+            tokenizer=tokenizer,
+            profile=profile,
+            config=config,
+        )
+        for cand, cluster, size, weight in picks
+    ]
+
+
+def _make_items(
+    picks: list[_Pick],
+    *,
+    tokenizer: Any,
+    profile: Any,
+    config: Config,
+    warn: Callable[[str], None],
+) -> list[SuiteItem]:
+    """Decode the picks (and recover their turns) here, or with ``engine="ray"`` as one Ray task
+    per CPU of the cluster over consecutive picks, in order: the same items either way."""
+    shared = (tokenizer, profile, config)
+    if config.engine != "ray" or len(picks) < 2:
+        return _make_batch(picks, shared)
+    import contextlib
+
+    from distprompt.engine import UnitFailure, connect_ray, ray_map
+
+    ray = connect_ray(config.ray_address)
+    n = max(1, min(len(picks), int(ray.cluster_resources().get("CPU", 1))))
+    step = -(-len(picks) // n)
+    batches = [picks[i : i + step] for i in range(0, len(picks), step)]
+    names = [f"items {i + 1}-{min(i + step, len(picks))}" for i in range(0, len(picks), step)]
+    items: list[SuiteItem] = []
+    results = ray_map(_make_batch, batches, names=names, address=config.ray_address, shared=shared)
+    with contextlib.closing(results):
+        for batch, res in zip(batches, results, strict=True):
+            if isinstance(res, UnitFailure):
+                warn(
+                    f"decoding {res.name} on Ray failed {res.attempts} times ({res.reason}); "
+                    "decoded on the driver instead"
+                )
+                res = _make_batch(batch, shared)
+            items.extend(res)
+    return items
+
+
 def _make_item(
     cand: Candidate,
     *,
@@ -487,7 +547,8 @@ def _manifest(
         }
     data_spec = sorted(str(d) for d in data) if isinstance(data, (list, tuple)) else str(data)
     cfg = config.to_dict()
-    cfg.pop("workers")  # how the pass ran, not what it computed
+    for how in ("workers", "engine", "ray_address"):
+        cfg.pop(how)  # how the pass ran, not what it computed
     return {
         "distprompt_version": __version__,
         "versions": {
@@ -516,6 +577,8 @@ def _manifest(
             "anomalies": {
                 k: v for k, v in sorted(part.anomalies.items()) if k not in _MARKER_FLAGS
             },
+            # Only when some shard was left out: a complete run's manifest does not change.
+            **({"failed_shards": dict(sorted(part.failed.items()))} if part.failed else {}),
         },
         "tokenizer_check": _verdict_dict(verdict, enforced=config.check_tokenizer),
         "sources": sources,

@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from distprompt.errors import DataError, TokenizerError
+from distprompt.errors import CorruptStreamError, DataError, InputError, TokenizerError
 from distprompt.fastrow import FullView, RowView, read_row
 from distprompt.records import Candidate, Row, feature_window
-from distprompt.shards import DEFAULT_MAX_LINE_BYTES, Shard, iter_rows, split_shard
+from distprompt.shards import DEFAULT_MAX_LINE_BYTES, Shard, iter_rows, open_shard, split_shard
 from distprompt.validate import parse_row
 
 __all__ = [
@@ -199,6 +199,7 @@ class Partial:
     anomalies: Counter[str] = field(default_factory=Counter)
     first_anomaly: dict[str, str] = field(default_factory=dict)
     shard_rows: dict[str, int] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)  # shard -> why its task kept failing
 
     def merge(self, other: Partial) -> Partial:
         for src, st in other.stats.items():
@@ -215,6 +216,7 @@ class Partial:
                 d[reason] = min(d.get(reason, where), where, key=_where_key)
         for name, n in other.shard_rows.items():
             self.shard_rows[name] = self.shard_rows.get(name, 0) + n
+        self.failed.update(other.failed)
         return self
 
     def rebase(self, shard: str, base: int) -> None:
@@ -487,11 +489,15 @@ def _flag(part: Partial, row: Row | RowView, reason: str) -> None:
     part.stats[row.source].flags[reason] += 1
 
 
-def _scan_star(args: tuple[Unit, dict[str, Any]]) -> UnitResult | DataError | TokenizerError:
+_UnitOutcome = UnitResult | DataError | TokenizerError | CorruptStreamError
+
+
+def _scan_star(args: tuple[Unit, dict[str, Any]]) -> _UnitOutcome:
     unit, kwargs = args
     try:
         return scan_unit(unit, **kwargs)
-    except (DataError, TokenizerError) as exc:
+    # Returned, not raised: these do not change on a retry (an engine retries what is raised).
+    except (DataError, TokenizerError, CorruptStreamError) as exc:
         return exc
 
 
@@ -555,8 +561,11 @@ def scan(
     unit_bytes: int | None = None,
     processes: bool | None = None,
     on_started: Callable[[], None] | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
 ) -> Partial:
-    """One pass over all shards, in parallel processes when ``workers > 1``.
+    """One pass over all shards, in parallel processes when ``workers > 1``, or as Ray tasks
+    with ``engine="ray"`` (see :mod:`distprompt.engine`; ``workers`` is then unused).
 
     The work is a list of :class:`Unit`: whole shards, and with ``workers > 1`` plain shards
     split into byte ranges of ``unit_bytes`` (default :data:`UNIT_BYTES`) at line starts, so
@@ -564,15 +573,19 @@ def scan(
     order adds the lines of the units before, so provenance and ``shard:line`` are exact.
 
     The first error in shard order is raised (or, skipping, every bad row is counted); the
-    merged result is the same for any worker count and unit size. On an error or an
-    interruption the worker processes are stopped at once rather than left to finish.
+    merged result is the same for any worker count, unit size and engine. On an error or an
+    interruption the worker processes (or Ray tasks) are stopped at once rather than left to
+    finish. A unit whose Ray task keeps failing raises :class:`InputError` naming it, or, when
+    skipping, is left out and recorded in ``failed``.
 
     Args:
         unit_bytes: Split plain shards into ranges of about this size (None: the default with
-            several workers, whole shards with one).
+            several workers or on Ray, whole shards with one local worker).
         processes: Read in worker processes even with one worker (None: when ``workers > 1``);
             the caller's process is then free (the pipeline loads the tokenizer meanwhile).
         on_started: Called once the work is handed out (after the worker processes started).
+        engine: ``local`` or ``ray``.
+        ray_address: The Ray cluster (see :func:`distprompt.engine.connect_ray`).
     """
     from tqdm import tqdm  # plain text bar: the CLI is its only user (tqdm.auto warns in notebooks)
 
@@ -585,7 +598,11 @@ def scan(
         "check": check,
         "max_line_bytes": max_line_bytes,
     }
-    if unit_bytes is None and workers > 1:
+    if unit_bytes is None and engine == "ray":
+        from distprompt.engine import ray_unit_bytes
+
+        unit_bytes = ray_unit_bytes(sum(s.size for s in shards), UNIT_BYTES, address=ray_address)
+    elif unit_bytes is None and workers > 1:
         unit_bytes = UNIT_BYTES
     work = units(shards, unit_bytes=unit_bytes)
     use_processes = (workers > 1 or bool(processes)) and (len(work) > 1 or bool(processes))
@@ -600,7 +617,9 @@ def scan(
     )
     base: dict[str, int] = {}
 
-    def merge(unit: Unit, res: UnitResult | DataError | TokenizerError) -> None:
+    def merge(
+        unit: Unit, res: UnitResult | DataError | TokenizerError | CorruptStreamError
+    ) -> None:
         name = unit.shard.name
         at = base.get(name, 0)
         if isinstance(res, Exception):
@@ -611,7 +630,18 @@ def scan(
         total.merge(res.partial)
 
     try:
-        if use_processes:
+        if engine == "ray":
+            _scan_on_ray(
+                work,
+                kwargs,
+                merge,
+                total,
+                bar=bar,
+                skip=skip_bad_rows,
+                address=ray_address,
+                on_started=on_started,
+            )
+        elif use_processes:
             from concurrent.futures import ProcessPoolExecutor
 
             with (
@@ -647,3 +677,81 @@ def scan(
     finally:
         bar.close()
     return total
+
+
+def _unit_name(unit: Unit) -> str:
+    if unit.whole:
+        return unit.shard.name
+    end = unit.end if unit.end is not None else unit.shard.size
+    return f"{unit.shard.name} (bytes {unit.start}-{end})"
+
+
+def _unit_bytes(unit: Unit) -> int:
+    return (unit.end if unit.end is not None else unit.shard.size) - unit.start
+
+
+def _count_lines(unit: Unit) -> int:
+    """The lines that start in a unit's byte range, counted without parsing them."""
+    if unit.whole:
+        return 0  # no later unit of the shard needs its line count
+    n = 0
+    last = b"\n"
+    with open_shard(unit.shard.url or unit.shard.path) as fh:
+        fh.seek(unit.start)
+        left = _unit_bytes(unit)
+        while left > 0:
+            chunk = fh.read(min(left, 1 << 20))
+            if not chunk:
+                break
+            n += chunk.count(b"\n")
+            last = chunk[-1:]
+            left -= len(chunk)
+    return n + (last != b"\n")  # a last line without a newline
+
+
+def _scan_on_ray(
+    work: Sequence[Unit],
+    kwargs: dict[str, Any],
+    merge: Callable[[Unit, _UnitOutcome], None],
+    total: Partial,
+    *,
+    bar: Any,
+    skip: bool,
+    address: str | None,
+    on_started: Callable[[], None] | None,
+) -> None:
+    from distprompt.engine import UnitFailure, connect_ray, ray_map
+
+    connect_ray(address)
+    if on_started is not None:  # the tasks are submitted as the loop below starts
+        on_started()
+
+    # Workers do not run in this directory (on a cluster, not even on this machine).
+    sent = [
+        u
+        if u.shard.url is not None
+        else replace(u, shard=replace(u.shard, path=u.shard.path.absolute()))
+        for u in work
+    ]
+    results = ray_map(
+        _scan_star,
+        [(u, kwargs) for u in sent],
+        names=[_unit_name(u) for u in work],
+        address=address,
+        on_done=lambda i: bar.update(_unit_bytes(work[i])),
+    )
+    with contextlib.closing(results):
+        for unit, res in zip(work, results, strict=True):
+            if isinstance(res, UnitFailure):
+                found = f"its Ray task failed {res.attempts} times ({res.reason})"
+                if not skip:
+                    raise InputError(
+                        f"{res.name}: expected the shard's Ray task to finish, found {found}; "
+                        "see the worker logs (ray logs), fix the cause, or run with "
+                        "--on-error skip to leave the shard out"
+                    )
+                total.failed[res.name] = found
+                # Its rows are left out; its lines still count for the units after it.
+                merge(unit, UnitResult(Partial(k=total.k), _count_lines(unit)))
+                continue
+            merge(unit, res)

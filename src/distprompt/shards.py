@@ -84,6 +84,7 @@ class Shard:
     path: Path
     name: str  # relative to DATA, with "/"
     size: int
+    url: str | None = None  # an fsspec URL (s3://…) that is read instead of path (see remote.py)
 
 
 def _is_shard(p: Path) -> bool:
@@ -160,6 +161,26 @@ def find_shards(
     specs = [data] if isinstance(data, (str, os.PathLike)) else list(data)
     if not specs:
         raise InputError("expected DATA (a directory, a glob or files), found nothing")
+    from distprompt.remote import discover_urls, is_url
+
+    if any(is_url(str(spec)) for spec in specs):
+        if glob is not None:
+            raise InputError(
+                "expected --glob with a local DATA folder, found URLs; put the pattern in the URL "
+                "instead (e.g. s3://bucket/prepared/*/tokenized_data.jsonl)"
+            )
+        listed = discover_urls([str(spec) for spec in specs], warn=say)
+        # The same rule as for local folders: tokenized_data.* files, when there are any.
+        keep = [s for s in listed if s.name.rpartition("/")[2] in SHARD_NAMES] or listed
+        dropped = sorted(s.name for s in listed if s not in keep)
+        if dropped:
+            shown = ", ".join(dropped[:5]) + (", ..." if len(dropped) > 5 else "")
+            say(
+                f"{data}: read only the {len(keep)} tokenized_data.* shard(s); ignored "
+                f"{len(dropped)} other *.jsonl file(s): {shown}"
+            )
+        return ShardSet(shards=keep, ignored=tuple(dropped))
+
     if glob is not None and not glob.strip():
         raise InputError(
             "expected --glob to be a pattern such as '*/tokenized_data.jsonl', found ''"
@@ -418,23 +439,31 @@ def _check_suffix(p: Path) -> None:
             )
 
 
-def open_shard(path: Path) -> IO[bytes]:
-    """Open a shard as a binary stream of uncompressed bytes.
+def open_shard(path: Path | str) -> IO[bytes]:
+    """Open a shard (a path, or an fsspec URL) as a binary stream of uncompressed bytes.
 
     Raises:
         InputError: The file cannot be opened.
     """
-    name = path.name
-    try:
+    from distprompt.remote import is_url, open_url
+
+    if isinstance(path, str) and is_url(path):
+        name, raw = path, open_url(path)
         if name.endswith(".gz"):
-            return gzip.open(path, "rb")  # type: ignore[return-value]  # owns the file it opens
-        # A buffer of several lines: a long row comes out of one read, in one copy.
-        raw = open(path, "rb", buffering=_READ_CHUNK)  # noqa: SIM115 - returned to the caller
-    except OSError as exc:
-        raise InputError(
-            f"{path}: expected a readable file, found {exc.strerror or exc}; fix its permissions "
-            "or leave it out of DATA"
-        ) from exc
+            return _OwningGzipFile(raw)  # type: ignore[return-value]
+    else:
+        path = Path(path)
+        name = path.name
+        try:
+            if name.endswith(".gz"):
+                return gzip.open(path, "rb")  # type: ignore[return-value]  # owns the file
+            # A buffer of several lines: a long row comes out of one read, in one copy.
+            raw = open(path, "rb", buffering=_READ_CHUNK)  # noqa: SIM115 - returned to the caller
+        except OSError as exc:
+            raise InputError(
+                f"{path}: expected a readable file, found {exc.strerror or exc}; fix its "
+                "permissions or leave it out of DATA"
+            ) from exc
     if name.endswith(".zst"):
         import zstandard
 
@@ -448,6 +477,20 @@ def open_shard(path: Path) -> IO[bytes]:
         stream.source = source
         return stream
     return raw
+
+
+class _OwningGzipFile(gzip.GzipFile):
+    """A gzip stream over an open file object that it closes with itself."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        super().__init__(fileobj=raw, mode="rb")
+        self._raw = raw
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
 
 
 class _WholeZstdFile:
@@ -496,7 +539,7 @@ def _zstd_problem(fh: IO[bytes]) -> tuple[str | None, int]:
     A file cut inside a frame is read to its end (the decompressor returns what it can); garbage
     or a corrupt block header stops reading where it starts. ``fh`` is left at offset 0.
     """
-    size = os.fstat(fh.fileno()).st_size
+    size = fh.seek(0, io.SEEK_END)  # not fstat: a remote (fsspec) file has no descriptor
     pos = 0
 
     def at(offset: int, n: int) -> bytes | None:
@@ -604,7 +647,7 @@ def iter_lines(
     lineno = 0
     offset = start
     stop = end if end is not None else -1
-    with open_shard(shard.path) as fh:
+    with open_shard(shard.url or shard.path) as fh:
         try:
             if start:
                 fh.seek(start)
@@ -659,7 +702,7 @@ def split_shard(shard: Shard, unit_bytes: int) -> list[tuple[int, int | None]]:
         return [(0, None)]
     starts = [0]
     try:
-        with open(shard.path, "rb") as fh:
+        with open_shard(shard.url or shard.path) as fh:
             at = unit_bytes
             while at < shard.size:
                 fh.seek(at - 1)
