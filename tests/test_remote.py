@@ -25,11 +25,28 @@ def corpus(tmp_path_factory: pytest.TempPathFactory, qwen_tokenizer: Any) -> Pat
     write_shard(root / "A1_chat" / "part0.jsonl", rows[0:30:3])
     write_shard(root / "A1_chat" / "part1.jsonl.gz", rows[1:30:3])
     write_shard(root / "A1_chat" / "part2.jsonl.zst", rows[2:30:3])
-    write_shard(root / "B1_code" / "tokenized_data.jsonl.zst", rows[30:])
+    write_shard(root / "B1_code" / "part0.jsonl.zst", rows[30:])  # no tokenized_data.*: all read
     cut = write_shard(root / "B1_code" / "cut.jsonl.zst", rows[30:40])
     cut.write_bytes(cut.read_bytes()[:-40])  # a truncated zstd file: counted when skipping
     (root / "B1_code" / "notes.txt").write_text("not a shard", encoding="utf-8")
     return root
+
+
+def test_url_folder_reads_only_tokenized_data_when_it_has_them(
+    tmp_path: Path, qwen_tokenizer: Any
+) -> None:
+    from distprompt.shards import find_shards
+
+    rows = chat_rows(qwen_tokenizer, "chat", 4)
+    write_shard(tmp_path / "prepared" / "A1_chat" / "tokenized_data.jsonl", rows)
+    write_shard(tmp_path / "answers.jsonl", rows[:1])
+    warnings: list[str] = []
+    found = find_shards(tmp_path.as_uri(), warn=warnings.append)
+    assert [s.name for s in found.shards] == ["prepared/A1_chat/tokenized_data.jsonl"]
+    assert found.ignored == ("answers.jsonl",)
+    assert len(warnings) == 1 and "answers.jsonl" in warnings[0]
+    with pytest.raises(InputError, match="--glob"):
+        find_shards(tmp_path.as_uri(), glob="*.jsonl")
 
 
 def _summary(p: Partial) -> dict[str, Any]:
