@@ -36,7 +36,6 @@ __all__ = [
     "load_candidates",
     "prompt_key",
     "scan",
-    "scan_shard",
 ]
 
 logger = logging.getLogger("distprompt.sample")
@@ -70,21 +69,6 @@ def histogram_quantiles(counts: Mapping[int, int], ps: Sequence[float]) -> list[
     # round() first: 0.9 * 100 is 90.00000000000001 in floats, whose ceil would skip a rank.
     ranks = [max(1, int(np.ceil(round(p * n, 9)))) for p in ps]
     return [int(vals[i]) for i in np.searchsorted(cum, ranks)]
-
-
-def first_response_span(row: Row) -> tuple[int, int]:
-    """``(start, end)`` of the first assistant span after the prompt, from ``loss_mask``.
-
-    Without any trained token after the prompt, the whole response part is the span.
-    """
-    tail = row.loss_mask[row.n_prompt_tokens :]
-    ones = np.flatnonzero(tail)
-    if ones.size == 0:
-        return row.n_prompt_tokens, row.seq_len
-    start = int(ones[0])
-    zeros = np.flatnonzero(tail[start:] == 0)
-    end = start + (int(zeros[0]) if zeros.size else tail.shape[0] - start)
-    return row.n_prompt_tokens + start, row.n_prompt_tokens + end
 
 
 def _compact(ids: np.ndarray) -> np.ndarray:
@@ -273,8 +257,8 @@ def units(shards: Sequence[Shard], *, unit_bytes: int | None) -> list[Unit]:
     return out
 
 
-def scan_shard(
-    shard: Shard,
+def scan_unit(
+    unit: Unit,
     *,
     max_candidates: int,
     seed: int = 0,
@@ -282,13 +266,16 @@ def scan_shard(
     vocab_size: int | None = None,
     tokenizer_name: str = "",
     on_row: Callable[[int], None] | None = None,
-    check: Callable[[Row], Iterable[str]] | None = None,
+    check: Callable[[Any], Iterable[str]] | None = None,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-) -> Partial:
-    """Read one shard into a :class:`Partial`.
+) -> UnitResult:
+    """Read one :class:`Unit`: a whole shard, or a byte range of a large one.
+
+    Line numbers in the result (provenance, first ``shard:line`` of each reason, errors) count
+    from 1 at the unit's start; :func:`scan` rebases them with the lines of the units before.
 
     Args:
-        shard: The shard.
+        unit: The shard, or a byte range of it.
         max_candidates: Pool size ``k`` per source.
         seed: Selects the hash, hence which uniform sample the pool is.
         skip_bad_rows: Count and skip bad rows instead of raising at the first one.
@@ -308,36 +295,6 @@ def scan_shard(
         DataError: A bad row (an id outside the vocabulary included), unless ``skip_bad_rows``.
         InputError: The shard cannot be read, or (unless ``skip_bad_rows``) its compressed
             stream is truncated or corrupt.
-    """
-    return scan_unit(
-        Unit(shard),
-        max_candidates=max_candidates,
-        seed=seed,
-        skip_bad_rows=skip_bad_rows,
-        vocab_size=vocab_size,
-        tokenizer_name=tokenizer_name,
-        on_row=on_row,
-        check=check,
-        max_line_bytes=max_line_bytes,
-    ).partial
-
-
-def scan_unit(
-    unit: Unit,
-    *,
-    max_candidates: int,
-    seed: int = 0,
-    skip_bad_rows: bool = False,
-    vocab_size: int | None = None,
-    tokenizer_name: str = "",
-    on_row: Callable[[int], None] | None = None,
-    check: Callable[[Any], Iterable[str]] | None = None,
-    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-) -> UnitResult:
-    """Read one :class:`Unit` (arguments as :func:`scan_shard`).
-
-    Line numbers in the result (provenance, first ``shard:line`` of each reason, errors) count
-    from 1 at the unit's start; :func:`scan` rebases them with the lines of the units before.
     """
     shard = unit.shard
     part = Partial(k=max_candidates)
