@@ -590,9 +590,17 @@ def test_run_md_vllm_sharegpt_drop_count_known_answer(qwen_tokenizer: Any) -> No
         make_item(4, response="Yes"),  # output < 4
         make_item(7, no_messages=True),  # not in sharegpt
     ]
-    drops = export.vllm_sharegpt_drops([it for it in items if it.messages], qwen_tokenizer)
-    assert (drops.total, drops.prompt_short, drops.prompt_long, drops.total_long) == (4, 1, 1, 1)
-    assert drops.output_short == 1
+    from distprompt._clients import sharegpt_drops
+
+    drops = sharegpt_drops([it for it in items if it.messages], qwen_tokenizer)["vllm"]
+    r = drops.reasons
+    assert (drops.total, r["prompt < 4"], r["prompt > 1024"], r["prompt + output > 2048"]) == (
+        4,
+        1,
+        1,
+        1,
+    )
+    assert r["output < 4"] == 1
     text = run_md(items, formats=["sharegpt"], tokenizer_name="tok", tokenizer=qwen_tokenizer)
     assert "vLLM `sharegpt` drops 4 of 5 items silently" in text
     assert "vllm_custom.jsonl" in text  # the way to keep them

@@ -15,7 +15,6 @@ import pytest
 
 from distprompt._clients import sharegpt_drops
 from distprompt.export import CLIENT_VERSIONS, run_md, write_exports
-from distprompt.runmd import vllm_sharegpt_drops
 from test_export import make_item, suite_items
 
 # ``guidellm run --help`` of 0.8.1: the options a RUN.md command may use.
@@ -113,8 +112,8 @@ def test_vllm_sharegpt_drops_use_vllms_own_tokenization(qwen_tokenizer: Any) -> 
     ]
     p0 = len(qwen_tokenizer("What is two plus two?").input_ids)
     assert p0 >= 4
-    v = vllm_sharegpt_drops(items, qwen_tokenizer)
-    assert (v.total, v.prompt_short, v.prompt_long) == (2, 1, 1)
+    v = sharegpt_drops(items, qwen_tokenizer)["vllm"]
+    assert (v.total, v.reasons["prompt < 4"], v.reasons["prompt > 1024"]) == (2, 1, 1)
     # The n_prompt_tokens estimate would have dropped items 0 and 2 instead.
     assert sharegpt_drops(items, qwen_tokenizer)["vllm"].ids == (items[1].id, items[2].id)
     text = run_md(items, formats=["sharegpt"], tokenizer_name="t", tokenizer=qwen_tokenizer)

@@ -60,9 +60,7 @@ from distprompt._plan import (
 )
 from distprompt.errors import ConfigError
 from distprompt.records import SuiteItem
-from distprompt.runmd import VllmShareGptDrops as VllmShareGptDrops
 from distprompt.runmd import render_run_md, run_md
-from distprompt.runmd import vllm_sharegpt_drops as vllm_sharegpt_drops
 
 # CLIENT_VERSIONS, FORMATS and check_formats live in distprompt._plan, run_md and the vLLM
 # sharegpt estimate in distprompt.runmd; they stay importable from here.

@@ -3,7 +3,8 @@
 The commands follow the loaders of the client versions in
 :data:`~distprompt.export.CLIENT_VERSIONS`; the warnings name what each client would silently do
 to this suite: items left out of the chat-text files, history lost in single-turn files, the
-pairs vLLM's ``sharegpt`` loader drops (:func:`vllm_sharegpt_drops`), SGLang's and GuideLLM's
+pairs vLLM's and SGLang's ``sharegpt`` loaders drop (:func:`distprompt._clients.sharegpt_drops`),
+SGLang's and GuideLLM's
 ``ignore_eos`` defaults, a BOS that a completions endpoint would add a second time, items that
 are not token-exact, and duplicate ids. :func:`distprompt.export.write_exports` writes it next to
 the client files.
@@ -52,10 +53,8 @@ __all__ = [
     "VLLM_SHAREGPT_MAX_TOTAL",
     "VLLM_SHAREGPT_MIN_LEN",
     "ShareGptDrops",
-    "VllmShareGptDrops",
     "run_md",
     "sharegpt_drops",
-    "vllm_sharegpt_drops",
 ]
 
 #: The checker that runs every command below against the pinned clients.
@@ -107,33 +106,6 @@ def run_md(
         tokenizer=tokenizer,
         temperature=temperature,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class VllmShareGptDrops:
-    """Items vLLM's ``sharegpt`` loader would drop, by reason (an item may have several)."""
-
-    total: int
-    prompt_short: int
-    prompt_long: int
-    total_long: int
-    output_short: int
-
-
-def vllm_sharegpt_drops(items: Sequence[SuiteItem], tokenizer: Any) -> VllmShareGptDrops:
-    """Count the items vLLM's ``sharegpt`` loader drops silently, by vLLM's own rule.
-
-    vLLM re-tokenizes the human and gpt turns (``tokenizer(text).input_ids``, special tokens
-    added) and keeps a pair only when 4 <= prompt <= 1024 tokens, prompt + output <= 2048 and
-    output >= 4 (``is_valid_sequence``). See :func:`distprompt._clients.sharegpt_drops` for SGLang.
-
-    Example:
-        >>> vllm_sharegpt_drops([], tokenizer=None).total
-        0
-    """
-    d = sharegpt_drops(items, tokenizer)["vllm"]
-    r = list(d.reasons.values()) or [0, 0, 0, 0]
-    return VllmShareGptDrops(d.total, *r)
 
 
 def _ids(items: Iterable[SuiteItem]) -> str:
