@@ -94,7 +94,7 @@ def polars_lazy(data: str, per_source: int) -> None:
 
 def decompress(data: str, per_source: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from distprompt.shards import open_shard
+    from distprompt.read.shards import open_shard
 
     n = 0
     for f in _files(data):

@@ -1,7 +1,7 @@
 """The pass on the local engine and on Ray, 1 and 2 workers, and the costs a scaling model needs.
 
 Builds a multi-shard corpus from perturbed copies of ``data_samples/`` (prompts stay unique), then
-runs the pass (:func:`distprompt.sample.scan`) in a fresh process per configuration, interleaved
+runs the pass (:func:`distprompt.read.scan.scan`) in a fresh process per configuration, interleaved
 over ``--rounds`` rounds (A B C D A B C D …), and prints the median of each:
 
 * ``local-1`` / ``local-2``: the local engine, ``--workers 1`` / ``2``;
@@ -58,8 +58,8 @@ def make_corpus(dst: Path, copies: int, parts: int) -> tuple[int, int]:
 
 
 def child(config: str, data: str, k: int) -> None:
-    from distprompt.sample import scan
-    from distprompt.shards import discover_shards
+    from distprompt.read.scan import scan
+    from distprompt.read.shards import discover_shards
 
     engine, workers = config.split("-")
     start = 0.0
@@ -106,8 +106,8 @@ def merge_cost(data: str, k: int) -> dict[str, float]:
     so no key is shared and every candidate is inserted or rejected)."""
     import pickle
 
-    from distprompt.sample import scan
-    from distprompt.shards import discover_shards
+    from distprompt.read.scan import scan
+    from distprompt.read.shards import discover_shards
 
     shards = discover_shards(data)
     part = scan(shards, max_candidates=k)

@@ -5,7 +5,7 @@ unique), then runs, each in its own process so peak memory is its own:
 
 * baseline: ``json.loads`` every line, keep every row's prompt ids in memory, dedup with a set,
   draw a uniform sample per source (what a hand-written script does);
-* distprompt: :func:`distprompt.sample.scan` (validation, provenance, bottom-k pools).
+* distprompt: :func:`distprompt.read.scan.scan` (validation, provenance, bottom-k pools).
 
 Prints wall time and peak RSS for both and the ratios. Not a test: numbers depend on the machine.
 
@@ -61,8 +61,8 @@ def baseline(data: str, k: int) -> None:
 
 
 def distprompt_pass(data: str, k: int, workers: int) -> None:
-    from distprompt.sample import scan
-    from distprompt.shards import discover_shards
+    from distprompt.read.scan import scan
+    from distprompt.read.shards import discover_shards
 
     scan(discover_shards(data), max_candidates=k, workers=workers)
 

@@ -46,9 +46,9 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=50)
     a = ap.parse_args()
 
-    from distprompt.metrics import ks_statistic, mean_nearest_distance, reference_space
-    from distprompt.select import select
-    from distprompt.vectorize import vectorize
+    from distprompt.choose.select import select
+    from distprompt.choose.vectorize import vectorize
+    from distprompt.write.metrics import ks_statistic, mean_nearest_distance, reference_space
 
     docs = pool(a.pool)
     lengths = np.array([len(d) for d in docs])

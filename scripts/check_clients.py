@@ -8,7 +8,8 @@ Without ``--suite`` it builds two suites from ``data_samples/`` (Qwen3 and DeepS
 tokenizers, the packages of the ``samples`` extra) and checks both. The client venv is built
 from scratch when missing or made for other pins (``pip install torch==2.13.0`` takes this
 machine's CPU wheel; sglang and vllm come with ``--no-deps`` and only the packages their
-benchmark code imports). The pins are :data:`distprompt._plan.CLIENT_VERSIONS`: RUN.md prints
+benchmark code imports). The pins are :data:`distprompt.write.formats.CLIENT_VERSIONS`: RUN.md
+prints
 the same ones.
 
 A command fails the check when it exits non-zero, when the number of generation requests the
@@ -42,7 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from distprompt._plan import CLIENT_VERSIONS  # noqa: E402
+from distprompt.write.formats import CLIENT_VERSIONS  # noqa: E402
 
 TORCH = "torch==2.13.0"
 # What sglang 0.5.23 pins (vllm 0.33.0 wants < 5.21): the transformers a user's client env has.

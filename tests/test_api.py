@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pkgutil
 import subprocess
 import sys
 
@@ -10,39 +11,9 @@ from distprompt import errors
 
 
 def test_all_is_complete_and_importable() -> None:
-    public = {n for n in dir(distprompt) if not n.startswith("_")} - {
-        # submodules are reachable as attributes once imported; they are not the API
-        "cli",
-        "cluster",
-        "config",
-        "decode",
-        "engine",
-        "errors",
-        "export",
-        "fastrow",
-        "pipeline",
-        "records",
-        "remote",
-        "sample",
-        "select",
-        "shards",
-        "validate",
-        "stratify",
-        "suite",
-        "template",
-        "turns",
-        "vectorize",
-        "corpus",
-        "checks",
-        "report",
-        "metrics",
-        "runmd",
-        "bench_import",
-        "bench_protocol",
-        "bench_report",
-        "bench_run",
-        "bench_stats",
-    }
+    # submodules and subpackages are reachable as attributes once imported; they are not the API
+    submodules = {m.name for m in pkgutil.iter_modules(distprompt.__path__)}
+    public = {n for n in dir(distprompt) if not n.startswith("_")} - submodules
     assert public <= set(distprompt.__all__)
     for name in distprompt.__all__:
         assert hasattr(distprompt, name), name

@@ -134,7 +134,7 @@ def test_commands_in_docs_use_real_options() -> None:
 
 
 def test_pages_exist_and_formats_page_covers_every_format() -> None:
-    from distprompt.export import FORMATS
+    from distprompt.write.export import FORMATS
 
     for page in ("quickstart.md", "concepts.md", "reference.md", "formats.md"):
         assert (DOCS / page).is_file(), page

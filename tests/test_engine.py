@@ -17,8 +17,8 @@ from distprompt import build_suite
 from distprompt.cli import main
 from distprompt.corpus import inspect_corpus
 from distprompt.errors import ConfigError, DataError, InputError
-from distprompt.sample import Partial, scan
-from distprompt.shards import discover_shards, iter_lines
+from distprompt.read.scan import Partial, scan
+from distprompt.read.shards import discover_shards, iter_lines
 
 from conftest import SAMPLES_DIR
 from factories import chat_rows, write_shard
@@ -271,7 +271,7 @@ def test_a_failing_byte_range_leaves_out_its_rows_only(
 
 
 def test_ray_map_keeps_the_order_and_reports_each_task(ray_cluster: None) -> None:
-    from distprompt.engine import ray_map
+    from distprompt.read.engine import ray_map
 
     def negate(x: int) -> int:
         return -x

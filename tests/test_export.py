@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distprompt import export
 from distprompt.errors import ConfigError
-from distprompt.export import FORMATS, run_md, write_exports
 from distprompt.records import Provenance, SuiteItem
+from distprompt.write import export
+from distprompt.write.export import FORMATS, run_md, write_exports
 
 # --------------------------------------------------------------------------------------------
 # Factories
@@ -590,7 +590,7 @@ def test_run_md_vllm_sharegpt_drop_count_known_answer(qwen_tokenizer: Any) -> No
         make_item(4, response="Yes"),  # output < 4
         make_item(7, no_messages=True),  # not in sharegpt
     ]
-    from distprompt._clients import sharegpt_drops
+    from distprompt.write.clients import sharegpt_drops
 
     drops = sharegpt_drops([it for it in items if it.messages], qwen_tokenizer)["vllm"]
     r = drops.reasons

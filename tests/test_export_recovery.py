@@ -8,8 +8,8 @@ from typing import Any
 
 import orjson
 
-from distprompt.export import FORMATS, run_md, write_exports
 from distprompt.records import SuiteItem
+from distprompt.write.export import FORMATS, run_md, write_exports
 from test_export import make_item
 
 

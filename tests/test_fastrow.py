@@ -1,5 +1,6 @@
-"""The pass's fast reader (:func:`distprompt.fastrow.read_row`) against the plain full parser
-(:func:`distprompt.validate.parse_row`): the same verdict, reason and ``shard:line`` on every line
+"""The pass's fast reader (:func:`distprompt.read.fastrow.read_row`) against the plain full parser
+(:func:`distprompt.read.validate.parse_row`): the same verdict, reason and ``shard:line`` on every
+line
 — the bad-input cases of ``test_hostile`` and the random corruptions of ``test_fuzz`` — and the
 same values on every valid row; and the pass split into byte ranges and workers gives the same
 result as one whole read.
@@ -21,12 +22,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from distprompt import fastrow
 from distprompt.errors import DataError
-from distprompt.fastrow import FullView, read_row
-from distprompt.sample import scan
-from distprompt.shards import Shard, discover_shards, iter_rows
-from distprompt.validate import parse_row
+from distprompt.read import fastrow
+from distprompt.read.fastrow import FullView, read_row
+from distprompt.read.scan import scan
+from distprompt.read.shards import Shard, discover_shards, iter_rows
+from distprompt.read.validate import parse_row
 from test_fuzz import EXAMPLES, REQUIRED, serialize, shards, valid_rows
 from test_hostile import ROW_CASES
 
@@ -308,7 +309,7 @@ def test_selected_candidates_are_read_back(tmp_path: Path) -> None:
     """Pools of plain shards hold windows only; load_candidates reads the rest back by offset,
     and refuses a shard that changed since the pass."""
     from distprompt.errors import InputError
-    from distprompt.sample import load_candidates
+    from distprompt.read.scan import load_candidates
 
     rows = [json.dumps(_row(900 + i, 600 + i, seed=i)).encode() for i in range(5)]
     shard = _shard(str(tmp_path), rows)

@@ -19,7 +19,7 @@ import pytest
 
 from distprompt import build_suite
 from distprompt.records import SuiteItem
-from distprompt.turns import learn_template, recover_turns
+from distprompt.recover.turns import learn_template, recover_turns
 
 from conftest import REPO_ROOT, SAMPLES_DIR
 

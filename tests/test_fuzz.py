@@ -35,8 +35,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from distprompt.errors import DataError, DistpromptError
-from distprompt.sample import scan
-from distprompt.shards import DEFAULT_MAX_LINE_BYTES, Shard, iter_rows
+from distprompt.read.scan import scan
+from distprompt.read.shards import DEFAULT_MAX_LINE_BYTES, Shard, iter_rows
 
 EXAMPLES = int(os.environ.get("DISTPROMPT_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(

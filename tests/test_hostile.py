@@ -33,18 +33,18 @@ import orjson
 import pytest
 import zstandard
 
-import distprompt._io
+import distprompt.write.out_dir
 from distprompt.cli import main
 from distprompt.errors import CorruptStreamError, DataError, DistpromptError, TokenizerError
-from distprompt.sample import scan
-from distprompt.shards import (
+from distprompt.read.scan import scan
+from distprompt.read.shards import (
     DEFAULT_MAX_LINE_BYTES,
     REQUIRED_KEYS,
     discover_shards,
     iter_lines,
     iter_rows,
 )
-from distprompt.suite import MANIFEST_NAME, SUITE_NAME, prepare_out_dir
+from distprompt.write.suite import MANIFEST_NAME, SUITE_NAME, prepare_out_dir
 
 
 def _permissions_enforced() -> bool:
@@ -497,7 +497,7 @@ _PEAK_RSS = textwrap.dedent(
     import resource, sys
     from pathlib import Path
     import numpy, orjson  # imported before the baseline
-    from distprompt.shards import Shard, iter_rows
+    from distprompt.read.shards import Shard, iter_rows
     path = Path(sys.argv[1])
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     skipped = {}
@@ -911,7 +911,7 @@ def _fill_disk(monkeypatch: pytest.MonkeyPatch, budget: int) -> None:
         def fdopen(fd: int, mode: str) -> _FullDisk:
             return _FullDisk(os.fdopen(fd, mode), left)
 
-    monkeypatch.setattr(distprompt._io, "os", OsWithFullDisk())
+    monkeypatch.setattr(distprompt.write.out_dir, "os", OsWithFullDisk())
 
 
 @pytest.mark.parametrize("budget", [0, 3000], ids=["first_file", "later_file"])
@@ -943,7 +943,7 @@ def test_interrupted_save_leaves_nothing(
 ) -> None:
     """Ctrl-C in the middle of writing (in-process): no OUT, no temp files, old OUT intact."""
     from distprompt import build_suite
-    from distprompt import export as export_mod
+    from distprompt.write import export as export_mod
 
     suite = build_suite(
         corpus, tokenizer=qwen_dir, per_source=3, recover_turns=False, check_tokenizer=False
@@ -993,11 +993,11 @@ def test_output_permissions_follow_the_umask(
 ) -> None:
     old = os.umask(0o022)
     try:
-        distprompt._io._UMASK.clear()
+        distprompt.write.out_dir._UMASK.clear()
         run = export(corpus)
     finally:
         os.umask(old)
-        distprompt._io._UMASK.clear()
+        distprompt.write.out_dir._UMASK.clear()
     assert run.code == 0, run.err
     assert run.out.stat().st_mode & 0o777 == 0o755  # not mkdtemp's private 0700
     for p in run.out.iterdir():
@@ -1219,7 +1219,7 @@ def test_interrupt_while_reading(
 _SLOW_SAVE = textwrap.dedent(
     """
     import sys, time
-    import distprompt.export as export
+    import distprompt.write.export as export
     real = export.write_exports
     def slow(*args, **kwargs):
         files = real(*args, **kwargs)

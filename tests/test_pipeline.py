@@ -9,7 +9,7 @@ import pytest
 
 from distprompt import Suite, build_suite
 from distprompt.errors import ConfigError, DataError, OutputError, TokenizerError
-from distprompt.shards import open_shard
+from distprompt.read.shards import open_shard
 
 from factories import chat_rows, make_corpus, write_shard
 

@@ -11,8 +11,8 @@ import pytest
 
 from distprompt import build_suite
 from distprompt.errors import CorruptStreamError, InputError
-from distprompt.sample import Partial, scan
-from distprompt.shards import discover_shards, iter_lines
+from distprompt.read.scan import Partial, scan
+from distprompt.read.shards import discover_shards, iter_lines
 
 from factories import chat_rows, write_shard
 
@@ -35,7 +35,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory, qwen_tokenizer: Any) -> Pat
 def test_url_folder_reads_only_tokenized_data_when_it_has_them(
     tmp_path: Path, qwen_tokenizer: Any
 ) -> None:
-    from distprompt.shards import find_shards
+    from distprompt.read.shards import find_shards
 
     rows = chat_rows(qwen_tokenizer, "chat", 4)
     write_shard(tmp_path / "prepared" / "A1_chat" / "tokenized_data.jsonl", rows)

@@ -12,9 +12,11 @@ import orjson
 import pytest
 
 from distprompt import Report, Suite, build_suite, render_report
+from distprompt.choose.stratify import Quota
 from distprompt.cli import main
+from distprompt.read.scan import SourceStats
 from distprompt.records import Candidate, Provenance, SuiteItem
-from distprompt.report import (
+from distprompt.write.report import (
     PLOT_NAMES,
     REPORT_HTML,
     REPORT_JSON,
@@ -26,8 +28,6 @@ from distprompt.report import (
     reference_space,
     represented_share,
 )
-from distprompt.sample import SourceStats
-from distprompt.stratify import Quota
 
 from factories import make_corpus
 

@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 import pytest
 
-from distprompt._clients import sharegpt_drops
-from distprompt.export import CLIENT_VERSIONS, run_md, write_exports
+from distprompt.write.clients import sharegpt_drops
+from distprompt.write.export import CLIENT_VERSIONS, run_md, write_exports
 from test_export import make_item, suite_items
 
 # ``guidellm run --help`` of 0.8.1: the options a RUN.md command may use.

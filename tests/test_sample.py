@@ -8,9 +8,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from distprompt.read.scan import BottomK, Partial, prompt_key, scan
+from distprompt.read.shards import discover_shards
 from distprompt.records import Candidate, Provenance
-from distprompt.sample import BottomK, Partial, prompt_key, scan
-from distprompt.shards import discover_shards
 
 from factories import chat_rows, write_shard
 

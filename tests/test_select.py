@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distprompt.select import select
-from distprompt.vectorize import vectorize
+from distprompt.choose.select import select
+from distprompt.choose.vectorize import vectorize
 
 
 def _docs(rng: np.random.Generator, n: int, base: int, length: tuple[int, int]) -> list[np.ndarray]:

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from distprompt.errors import DataError, InputError
-from distprompt.shards import discover_shards, find_shards, iter_rows, open_shard
+from distprompt.read.shards import discover_shards, find_shards, iter_rows, open_shard
 
 from factories import chat_rows, write_shard
 

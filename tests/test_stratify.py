@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from distprompt.choose.stratify import allocate, largest_remainder
 from distprompt.errors import ConfigError
-from distprompt.stratify import allocate, largest_remainder
 
 sources = st.dictionaries(
     st.text("abcdefghij", min_size=1, max_size=6), st.integers(1, 10_000), min_size=1, max_size=12

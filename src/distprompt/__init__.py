@@ -24,30 +24,30 @@ from distprompt.errors import (
 )
 
 if _TYPE_CHECKING:
-    from distprompt.bench_import import import_aiperf
-    from distprompt.bench_run import BenchInterrupted, BenchResults, bench
-    from distprompt.bench_stats import compare as bench_compare
+    from distprompt.bench.aiperf import import_aiperf
+    from distprompt.bench.run import BenchInterrupted, BenchResults, bench
+    from distprompt.bench.stats import compare as bench_compare
     from distprompt.corpus import CorpusInfo, inspect_corpus
     from distprompt.pipeline import build_suite
     from distprompt.records import Provenance, SuiteItem
-    from distprompt.report import Report, render_report
-    from distprompt.suite import Suite
+    from distprompt.write.report import Report, render_report
+    from distprompt.write.suite import Suite
 
 # Imported on first use: ``import distprompt`` (and every worker process) stays cheap.
 _LAZY = {
-    "BenchInterrupted": "distprompt.bench_run",
-    "BenchResults": "distprompt.bench_run",
-    "bench": "distprompt.bench_run",
-    "bench_compare": "distprompt.bench_stats",
-    "import_aiperf": "distprompt.bench_import",
+    "BenchInterrupted": "distprompt.bench.run",
+    "BenchResults": "distprompt.bench.run",
+    "bench": "distprompt.bench.run",
+    "bench_compare": "distprompt.bench.stats",
+    "import_aiperf": "distprompt.bench.aiperf",
     "CorpusInfo": "distprompt.corpus",
     "inspect_corpus": "distprompt.corpus",
     "build_suite": "distprompt.pipeline",
     "Provenance": "distprompt.records",
     "SuiteItem": "distprompt.records",
-    "Report": "distprompt.report",
-    "render_report": "distprompt.report",
-    "Suite": "distprompt.suite",
+    "Report": "distprompt.write.report",
+    "render_report": "distprompt.write.report",
+    "Suite": "distprompt.write.suite",
 }
 
 #: Public names that differ from the attribute in their module.

@@ -184,9 +184,9 @@ def export(
     ] = True,
 ) -> None:
     """Build a representative prompt suite from tokenized shards and write it to OUT."""
-    from distprompt.export import FORMATS, checked_formats
     from distprompt.pipeline import build_suite
-    from distprompt.suite import check_out_dir
+    from distprompt.write.export import FORMATS, checked_formats
+    from distprompt.write.suite import check_out_dir
 
     fmts = checked_formats(
         FORMATS if formats is None else [f.strip() for f in formats.split(",") if f.strip()]
@@ -320,7 +320,7 @@ def report_cmd(
     out: Annotated[Path, typer.Argument(help="Output folder of an export (it holds report.json).")],
 ) -> None:
     """Re-render report.md, the PNG plots and report.html from OUT/report.json."""
-    from distprompt.report import render_report
+    from distprompt.write.report import render_report
 
     typer.echo(render_report(out).summary)
 
@@ -352,7 +352,7 @@ BenchOverwrite = Annotated[
 
 
 def _bench_done(res: Any, out: Path) -> None:
-    from distprompt.bench_report import render_summary
+    from distprompt.bench.report import render_summary
 
     typer.echo(render_summary(res.summary), err=True)
     typer.echo(f"wrote {len(res)} requests to {out}", err=True)
@@ -400,7 +400,7 @@ def bench_cmd(
     ] = True,
 ) -> None:
     """Replay a suite against a server: speed and speculative acceptance per source and cluster."""
-    from distprompt.bench_run import BenchInterrupted, bench
+    from distprompt.bench.run import BenchInterrupted, bench
 
     try:
         res = bench(
@@ -445,7 +445,7 @@ def bench_import_cmd(
     overwrite: BenchOverwrite = False,
 ) -> None:
     """Join an AIPerf run's per-request export back to the suite items and summarize it."""
-    from distprompt.bench_import import import_aiperf
+    from distprompt.bench.aiperf import import_aiperf
 
     res = import_aiperf(
         aiperf_run_dir,
@@ -475,9 +475,9 @@ def bench_compare_cmd(
     ] = False,
 ) -> None:
     """Speedup of run A over baseline B per source and concurrency, with 95% intervals."""
-    from distprompt.bench_report import render_compare
-    from distprompt.bench_run import BenchResults
-    from distprompt.bench_stats import compare
+    from distprompt.bench.report import render_compare
+    from distprompt.bench.run import BenchResults
+    from distprompt.bench.stats import compare
     from distprompt.errors import ConfigError
 
     base = baseline or b

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from distprompt.choose.select import METHODS
+from distprompt.choose.stratify import ALLOCATIONS
 from distprompt.errors import ConfigError
-from distprompt.select import METHODS
-from distprompt.stratify import ALLOCATIONS
 
 __all__ = ["ON_ERROR", "Config"]
 
@@ -86,7 +86,7 @@ class Config:
                 raise ConfigError(
                     f"expected {name} to be {expected}, found {getattr(self, name)!r}"
                 )
-        from distprompt.engine import require_engine
+        from distprompt.read.engine import require_engine
 
         require_engine(self.engine)
 

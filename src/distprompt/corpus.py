@@ -1,12 +1,13 @@
 """What is in a corpus, from one streaming pass — before any decision is made.
 
-:func:`inspect_corpus` reuses the suite's pass (:func:`distprompt.sample.scan`, with bad rows
+:func:`inspect_corpus` reuses the suite's pass (:func:`distprompt.read.scan.scan`, with bad rows
 counted and skipped rather than raised), so the figures are the ones an export would see: shards,
 rows and bytes; per source the share of rows and of tokens, exact length quantiles, trained
 assistant turns (runs of 1s in ``loss_mask``), duplicate prompts (exact up to the pool size, a
 k-minimum-values estimate beyond) and every schema anomaly by kind with its first ``shard:line``.
 
-With a tokenizer, the checks of :mod:`distprompt.checks` (``vocabulary``, ``template_markers``,
+With a tokenizer, the checks of :mod:`distprompt.recover.checks` (``vocabulary``,
+``template_markers``,
 ``round_trip``) say whether it is the data's — the same checks, from the same code, as ``export``
 runs; :meth:`CorpusInfo.raise_for_mismatch` raises a :class:`~distprompt.errors.TokenizerError`
 that names the failed check and the rows. Rows with ids outside the vocabulary are bad rows
@@ -21,7 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from distprompt.checks import (
+from distprompt.errors import TokenizerError
+from distprompt.read.scan import histogram_quantiles
+from distprompt.recover.checks import (
     MIN_ROUND_TRIP,
     MISMATCH_SHARE,
     ROUND_TRIP_SAMPLE,
@@ -31,10 +34,8 @@ from distprompt.checks import (
     prepare_checks,
     run_checks,
 )
-from distprompt.errors import TokenizerError
-from distprompt.sample import histogram_quantiles
 
-# The tokenizer checks live in distprompt.checks; they stay importable from here.
+# The tokenizer checks live in distprompt.recover.checks; they stay importable from here.
 __all__ = [
     "MIN_ROUND_TRIP",
     "MISMATCH_SHARE",
@@ -304,10 +305,10 @@ def inspect_corpus(
         >>> info.sources["glaive"].prompt_tokens.p50  # doctest: +SKIP
         256
     """
-    from distprompt.decode import load_tokenizer
-    from distprompt.engine import require_engine
-    from distprompt.sample import scan
-    from distprompt.shards import find_shards
+    from distprompt.read.engine import require_engine
+    from distprompt.read.scan import scan
+    from distprompt.read.shards import find_shards
+    from distprompt.recover.decode import load_tokenizer
 
     require_engine(engine)
     found = find_shards(data, glob=glob)

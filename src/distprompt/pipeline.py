@@ -14,19 +14,19 @@ from typing import Any
 import numpy as np
 
 from distprompt._version import __version__
-from distprompt.checks import TokenizerFigures, prepare_checks, run_checks
+from distprompt.choose.select import select
+from distprompt.choose.stratify import Quota, allocate
+from distprompt.choose.vectorize import vectorize
 from distprompt.config import Config
-from distprompt.decode import TokenizerInfo, decode, load_tokenizer
 from distprompt.errors import InputError, TokenizerError
-from distprompt.metrics import SourceEvidence, measure_source
+from distprompt.read.scan import Partial, SourceStats, histogram_quantiles, load_candidates, scan
+from distprompt.read.shards import Shard, find_shards
 from distprompt.records import Candidate, SuiteItem
-from distprompt.report import build_report
-from distprompt.sample import Partial, SourceStats, histogram_quantiles, load_candidates, scan
-from distprompt.select import select
-from distprompt.shards import Shard, find_shards
-from distprompt.stratify import Quota, allocate
-from distprompt.suite import Suite
-from distprompt.vectorize import vectorize
+from distprompt.recover.checks import TokenizerFigures, prepare_checks, run_checks
+from distprompt.recover.decode import TokenizerInfo, decode, load_tokenizer
+from distprompt.write.metrics import SourceEvidence, measure_source
+from distprompt.write.report import build_report
+from distprompt.write.suite import Suite
 
 __all__ = ["build_suite", "item_id"]
 
@@ -91,14 +91,15 @@ def build_suite(
         engine: ``local`` (this machine) or ``ray`` (Ray tasks, one per shard; needs
             ``pip install 'distprompt[ray]'``); does not change the result.
         ray_address: The Ray cluster for ``engine="ray"``; None starts or joins a Ray on this
-            machine (see :func:`distprompt.engine.connect_ray`).
+            machine (see :func:`distprompt.read.engine.connect_ray`).
         recover_turns: Recover chat ``messages`` and check fidelity (needs a chat template).
         check_tokenizer: Refuse a tokenizer that fails the checks ``inspect`` runs
-            (``vocabulary``, ``template_markers``, ``round_trip``; see :mod:`distprompt.checks`).
+            (``vocabulary``, ``template_markers``, ``round_trip``; see
+            :mod:`distprompt.recover.checks`).
             False builds the suite anyway and records the failed verdict in the manifest
             (``tokenizer_check``), on top of ``RUN.md`` and in the report's summary.
         glob: Which files of each DATA folder are shards (see
-            :func:`distprompt.shards.find_shards`); by default the ``tokenized_data.*`` files
+            :func:`distprompt.read.shards.find_shards`); by default the ``tokenized_data.*`` files
             when the folder holds any, else every ``*.jsonl*`` file.
         progress: Show progress bars on stderr.
         warn: Called with each warning as it arises (the CLI prints them).
@@ -354,7 +355,7 @@ def _learn_profile(tok: Any, tinfo: TokenizerInfo, warn: Callable[[str], None]) 
         warn(f"tokenizer {tinfo.name!r} has no chat template: messages are not recovered")
         return None
     from distprompt.errors import TemplateError
-    from distprompt.turns import learn_template
+    from distprompt.recover.turns import learn_template
 
     try:
         return learn_template(tok)
@@ -436,7 +437,7 @@ def _make_items(
         return _make_batch(picks, shared)
     import contextlib
 
-    from distprompt.engine import UnitFailure, connect_ray, ray_map
+    from distprompt.read.engine import UnitFailure, connect_ray, ray_map
 
     ray = connect_ray(config.ray_address)
     n = max(1, min(len(picks), int(ray.cluster_resources().get("CPU", 1))))
@@ -477,7 +478,7 @@ def _make_item(
     fidelity = reason = structure = None
     template_kwargs = None
     if profile is not None:
-        from distprompt.turns import recover_turns
+        from distprompt.recover.turns import recover_turns
 
         rec = recover_turns(
             prompt_ids,

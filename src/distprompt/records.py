@@ -82,7 +82,7 @@ class Candidate:
 
     A pool read from plain shards holds only what selection needs (``window``, the lengths and
     the provenance): ``prompt_ids``, ``prompt_mask`` and ``response_ids`` are None and are read
-    back from the shard for the candidates selected (:func:`distprompt.sample.load_candidates`).
+    back from the shard for the candidates selected (:func:`distprompt.read.scan.load_candidates`).
     """
 
     key: int
@@ -151,7 +151,7 @@ class SuiteItem:
         duplicates: How many rows of the corpus carry exactly this prompt.
         messages: Recovered chat turns (OpenAI style), when turn recovery ran.
         tools: Tool definitions the prompt carries, if any.
-        fidelity: ``tokens`` | ``text`` | ``lossy`` (see :mod:`distprompt.turns`).
+        fidelity: ``tokens`` | ``text`` | ``lossy`` (see :mod:`distprompt.recover.turns`).
         fidelity_reason: Why fidelity is not ``tokens``.
         structure: ``turns`` (every turn recognised: no template marker inside a message) or
             ``flat`` (the declared fallback: the prompt text in fewer messages, markers

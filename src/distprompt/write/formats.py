@@ -1,6 +1,7 @@
 """The client files of a suite: their names, and which items and which text each one holds.
 
-Shared by the writers (:mod:`distprompt.export`) and ``RUN.md`` (:mod:`distprompt.runmd`) so that
+Shared by the writers (:mod:`distprompt.write.export`) and ``RUN.md``
+(:mod:`distprompt.write.runmd`) so that
 the counts and commands in ``RUN.md`` agree with the files: the format names (:data:`FORMATS`),
 the client versions the layouts were checked against, the per-item views (user turns, output
 length) and the :class:`Plan` of which items each layout holds.

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from distprompt._io import atomic_write_bytes, atomic_write_lines, umask
 from distprompt.errors import DistpromptError, InputError, OutputError
 from distprompt.records import SuiteItem
+from distprompt.write.out_dir import atomic_write_bytes, atomic_write_lines, umask
 
 if TYPE_CHECKING:
-    from distprompt.report import Report
+    from distprompt.write.report import Report
 
-logger = logging.getLogger("distprompt.suite")
+logger = logging.getLogger("distprompt.write.suite")
 
 __all__ = ["MANIFEST_NAME", "SUITE_NAME", "Suite", "check_out_dir", "prepare_out_dir"]
 
@@ -65,7 +65,7 @@ class Suite:
 
     @property
     def report(self) -> Report | None:
-        """The representativeness report (:class:`distprompt.report.Report`): suite vs corpus
+        """The representativeness report (:class:`distprompt.write.report.Report`): suite vs corpus
         and vs uniform random, per source and overall; None for a suite loaded without one."""
         return self._report
 
@@ -106,7 +106,8 @@ class Suite:
 
         Args:
             out: Output folder; refused when it exists and is not empty, unless ``overwrite``.
-            formats: Client formats to write (default: all, see :data:`distprompt.export.FORMATS`).
+            formats: Client formats to write (default: all, see
+            :data:`distprompt.write.export.FORMATS`).
             overwrite: Replace an existing non-empty folder.
             tokenizer: The suite's tokenizer, for RUN.md's per-client ``sharegpt.json`` counts
                 and AIPerf's turn lengths; by default the manifest's tokenizer is loaded again
@@ -116,7 +117,7 @@ class Suite:
         Raises:
             OutputError: ``out`` exists and is not empty, or cannot be written.
         """
-        from distprompt import export
+        from distprompt.write import export
 
         out_path = Path(out)
         fmts = tuple(export.FORMATS if formats is None else formats)
@@ -150,7 +151,7 @@ class Suite:
         Raises:
             InputError: No complete suite at ``path``.
         """
-        from distprompt.report import REPORT_JSON, Report
+        from distprompt.write.report import REPORT_JSON, Report
 
         p = Path(path)
         if not (p / MANIFEST_NAME).is_file() or not (p / SUITE_NAME).is_file():
@@ -292,7 +293,7 @@ def _reload_tokenizer(name: str) -> Any:
     """The suite's tokenizer loaded again by name, or None (logged) when it cannot be."""
     if not name:
         return None
-    from distprompt.decode import load_tokenizer
+    from distprompt.recover.decode import load_tokenizer
 
     try:
         return load_tokenizer(name)[0]

@@ -1,6 +1,7 @@
 """Chat-turn recovery: turn a tokenized prompt span back into the ``messages`` that produced it.
 
-Nothing here knows a model family. :func:`~distprompt.template.learn_template` reads the literal
+Nothing here knows a model family. :func:`~distprompt.recover.template.learn_template` reads the
+literal
 text the tokenizer's own chat template writes between consecutive slots (a message's content, its
 reasoning, a tool call's name or arguments, a tool definition). Those literals form a small
 automaton; :func:`recover_turns` walks it over the decoded prompt, rebuilds the messages,
@@ -18,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from distprompt.template import (
+from distprompt.recover.template import (
     ARG_KEY,
     ARG_VALUE,
     ASSISTANT,
@@ -37,7 +38,7 @@ from distprompt.template import (
 
 __all__ = ["RecoveredTurns", "TemplateProfile", "learn_template", "recover_turns"]
 
-logger = logging.getLogger("distprompt.turns")
+logger = logging.getLogger("distprompt.recover.turns")
 
 _ASSISTANT_KINDS = frozenset({ASSISTANT, REASONING, CALL_NAME, CALL_ARGS, ARG_KEY, ARG_VALUE})
 _PARSE_BUDGET = 20_000  # DFS steps; real prompts need about one step per slot

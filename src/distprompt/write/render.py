@@ -1,4 +1,4 @@
-"""Rendering of a :class:`~distprompt.report.Report`: PNG plots, Markdown and one HTML page.
+"""Rendering of a :class:`~distprompt.write.report.Report`: PNG plots, Markdown and one HTML page.
 
 Everything is drawn from the report's own data (what ``report.json`` holds), so
 ``distprompt report OUT`` re-renders the same files. Plots use matplotlib's Agg backend; the
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from distprompt.report import Report
+    from distprompt.write.report import Report
 
 __all__ = ["html_page", "markdown", "plots"]
 
@@ -53,8 +53,8 @@ def _grid(n: int, ncols: int = 4) -> tuple[int, int]:
 
 
 def plots(report: Report) -> dict[str, bytes]:
-    """PNG bytes by file name (see :data:`distprompt.report.PLOT_NAMES`)."""
-    from distprompt.report import PLOT_NAMES
+    """PNG bytes by file name (see :data:`distprompt.write.report.PLOT_NAMES`)."""
+    from distprompt.write.report import PLOT_NAMES
 
     out = {
         PLOT_NAMES[0]: _shares_plot(report),
@@ -281,7 +281,7 @@ def _rows(report: Report) -> list[list[str]]:
 
 def markdown(report: Report) -> str:
     """``report.md``."""
-    from distprompt.report import PLOT_NAMES
+    from distprompt.write.report import PLOT_NAMES
 
     lines = ["# Representativeness report", "", report.summary, ""]
     lines += ["| " + " | ".join(_HEAD) + " |", "|" + "---|" * len(_HEAD)]

@@ -1,7 +1,8 @@
 """Where the pass runs: in this process (or a local process pool), or as tasks on a Ray cluster.
 
 The pass is a map of one picklable function over work units (a shard, or a byte range of one),
-each returning a mergeable :class:`~distprompt.sample.Partial`; the driver merges the partials and
+each returning a mergeable :class:`~distprompt.read.scan.Partial`; the driver merges the partials
+and
 runs the bounded selection stage itself. :func:`ray_map` is that map on Ray:
 
 - one Ray task per unit (one CPU each), at most a window of tasks ahead of the next unit to merge,
@@ -44,7 +45,7 @@ __all__ = [
     "require_engine",
 ]
 
-logger = logging.getLogger("distprompt.engine")
+logger = logging.getLogger("distprompt.read.engine")
 
 ENGINES = ("local", "ray")
 RAY_INSTALL_HINT = "pip install 'distprompt[ray]'"

@@ -23,10 +23,10 @@ from typing import Any
 
 import orjson
 
-from distprompt._plan import last_user_text, text_of
-from distprompt.bench_run import BenchResults, check_results_dir, source_shares
+from distprompt.bench.run import BenchResults, check_results_dir, source_shares
 from distprompt.errors import InputError
 from distprompt.records import SuiteItem
+from distprompt.write.formats import last_user_text, text_of
 
 __all__ = ["PROFILE_EXPORT", "import_aiperf"]
 
@@ -107,7 +107,7 @@ def import_aiperf(
     Example:
         >>> res = import_aiperf("artifacts/run1", suite="suite/")  # doctest: +SKIP
     """
-    from distprompt.suite import Suite
+    from distprompt.write.suite import Suite
 
     run = Path(run_dir)
     path = _find(run)

@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 
 from distprompt.errors import CorruptStreamError, DataError, InputError, TokenizerError
-from distprompt.fastrow import FullView, RowView, read_row
+from distprompt.read.fastrow import FullView, RowView, read_row
+from distprompt.read.shards import DEFAULT_MAX_LINE_BYTES, Shard, iter_rows, open_shard, split_shard
+from distprompt.read.validate import parse_row
 from distprompt.records import Candidate, Row, feature_window
-from distprompt.shards import DEFAULT_MAX_LINE_BYTES, Shard, iter_rows, open_shard, split_shard
-from distprompt.validate import parse_row
 
 __all__ = [
     "BottomK",
@@ -38,7 +38,7 @@ __all__ = [
     "scan",
 ]
 
-logger = logging.getLogger("distprompt.sample")
+logger = logging.getLogger("distprompt.read.scan")
 _TWO64 = float(2**64)
 
 
@@ -405,7 +405,7 @@ def load_candidates(
             read (the file changed since).
     """
     from distprompt.errors import InputError
-    from distprompt.shards import iter_lines
+    from distprompt.read.shards import iter_lines
 
     by_name = {s.name: s for s in shards}
     out = list(cands)
@@ -522,7 +522,7 @@ def scan(
     ray_address: str | None = None,
 ) -> Partial:
     """One pass over all shards, in parallel processes when ``workers > 1``, or as Ray tasks
-    with ``engine="ray"`` (see :mod:`distprompt.engine`; ``workers`` is then unused).
+    with ``engine="ray"`` (see :mod:`distprompt.read.engine`; ``workers`` is then unused).
 
     The work is a list of :class:`Unit`: whole shards, and with ``workers > 1`` plain shards
     split into byte ranges of ``unit_bytes`` (default :data:`UNIT_BYTES`) at line starts, so
@@ -542,7 +542,7 @@ def scan(
             the caller's process is then free (the pipeline loads the tokenizer meanwhile).
         on_started: Called once the work is handed out (after the worker processes started).
         engine: ``local`` or ``ray``.
-        ray_address: The Ray cluster (see :func:`distprompt.engine.connect_ray`).
+        ray_address: The Ray cluster (see :func:`distprompt.read.engine.connect_ray`).
     """
     from tqdm import tqdm  # plain text bar: the CLI is its only user (tqdm.auto warns in notebooks)
 
@@ -556,7 +556,7 @@ def scan(
         "max_line_bytes": max_line_bytes,
     }
     if unit_bytes is None and engine == "ray":
-        from distprompt.engine import ray_unit_bytes
+        from distprompt.read.engine import ray_unit_bytes
 
         unit_bytes = ray_unit_bytes(sum(s.size for s in shards), UNIT_BYTES, address=ray_address)
     elif unit_bytes is None and workers > 1:
@@ -677,7 +677,7 @@ def _scan_on_ray(
     address: str | None,
     on_started: Callable[[], None] | None,
 ) -> None:
-    from distprompt.engine import UnitFailure, connect_ray, ray_map
+    from distprompt.read.engine import UnitFailure, connect_ray, ray_map
 
     connect_ray(address)
     if on_started is not None:  # the tasks are submitted as the loop below starts

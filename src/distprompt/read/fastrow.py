@@ -1,4 +1,5 @@
-"""The pass's row reader: every row validated as :func:`~distprompt.validate.parse_row` does, but
+"""The pass's row reader: every row validated as :func:`~distprompt.read.validate.parse_row` does,
+but
 only what the pass needs is parsed.
 
 A training row is mostly its response: ``input_ids`` and ``loss_mask`` of tens of thousands of
@@ -18,7 +19,7 @@ Cutting out a body of digits and commas changes no string and no nesting of the 
 skeleton is valid JSON exactly when the line is, with the same keys; the key ``"input_ids"``
 is written once, unescaped (a ``\\u`` escape sends the line to the full parser), so the body cut
 out is the value of the top-level key. A line that passes all of this is a valid row with the
-values read here; every other line goes to :func:`~distprompt.validate.parse_row`, which raises
+values read here; every other line goes to :func:`~distprompt.read.validate.parse_row`, which raises
 the exact :class:`~distprompt.errors.DataError` (reason, ``shard:line``) or returns the row — so
 the two readers agree on every line by construction, and ``tests/test_fastrow.py`` checks it.
 
@@ -34,8 +35,8 @@ from array import array
 import numpy as np
 import orjson
 
+from distprompt.read.validate import _duplicated_key, _unexplained, parse_row
 from distprompt.records import Provenance, Row
-from distprompt.validate import _duplicated_key, _unexplained, parse_row
 
 __all__ = ["SHORT_LINE", "FullView", "LineView", "ListView", "RowView", "read_row", "row_view"]
 
@@ -281,7 +282,7 @@ def read_row(
 ) -> RowView:
     """Validate one JSONL line and return what the pass needs.
 
-    Accepts and rejects exactly the lines :func:`~distprompt.validate.parse_row` does, with
+    Accepts and rejects exactly the lines :func:`~distprompt.read.validate.parse_row` does, with
     the same reason (lines the byte checks cannot vouch for are handed to it).
 
     Args:

@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from distprompt.cluster import assign, kmeans_medoids, sq_distances
+from distprompt.choose.cluster import assign, kmeans_medoids, sq_distances
+from distprompt.choose.vectorize import Features
 from distprompt.errors import ConfigError
-from distprompt.vectorize import Features
 
 __all__ = ["METHODS", "Selection", "herding", "select"]
 
-logger = logging.getLogger("distprompt.select")
+logger = logging.getLogger("distprompt.choose.select")
 
 METHODS = ("herding", "kmedoids", "random")
 _MAX_EXACT = 4000  # pool size up to which the mean embedding is computed exactly

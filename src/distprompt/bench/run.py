@@ -29,9 +29,8 @@ from typing import IO, Any
 
 import orjson
 
-from distprompt._io import atomic_write_lines
 from distprompt._version import __version__
-from distprompt.bench_protocol import (
+from distprompt.bench.protocol import (
     APIS,
     PATHS,
     MalformedReply,
@@ -42,6 +41,7 @@ from distprompt.bench_protocol import (
 )
 from distprompt.errors import ConfigError, InputError, OutputError, ServerError
 from distprompt.records import SuiteItem
+from distprompt.write.out_dir import atomic_write_lines
 
 __all__ = [
     "REQUESTS_NAME",
@@ -100,9 +100,9 @@ class BenchResults:
 
     @property
     def summary(self) -> dict[str, Any]:
-        """The figures of ``summary.json`` (see :func:`distprompt.bench_stats.summarize`)."""
+        """The figures of ``summary.json`` (see :func:`distprompt.bench.stats.summarize`)."""
         if self._summary is None:
-            from distprompt.bench_stats import summarize
+            from distprompt.bench.stats import summarize
 
             self._summary = summarize(self.requests, self.windows, self.meta)
         return self._summary
@@ -130,7 +130,7 @@ class BenchResults:
         return p
 
     def write_summary(self, out: Path) -> None:
-        from distprompt.bench_report import write_summary_files
+        from distprompt.bench.report import write_summary_files
 
         write_summary_files(out, self.summary, self.meta)
 
@@ -492,7 +492,7 @@ def bench(
         ...             out="results/", concurrency=[1, 8])  # doctest: +SKIP
         >>> res.summary["corpus"][0]["accept_length"]  # doctest: +SKIP
     """
-    from distprompt.suite import Suite
+    from distprompt.write.suite import Suite
 
     if api not in APIS:
         raise ConfigError(f"--api: expected one of {', '.join(APIS)}, found {api!r}")

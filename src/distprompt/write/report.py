@@ -1,8 +1,9 @@
 """Representativeness report: does the suite stand for the corpus, and does it beat random?
 
-The figures come from :mod:`distprompt.metrics` (length fidelity and coverage, measured for the
+The figures come from :mod:`distprompt.write.metrics` (length fidelity and coverage, measured for
+the
 suite and for a uniform random sample of the same size per source, the median over
-:data:`~distprompt.metrics.N_RANDOM` seeds), per source and overall, so any advantage — or the
+:data:`~distprompt.write.metrics.N_RANDOM` seeds), per source and overall, so any advantage — or the
 lack of one — is plain. The report adds:
 
 * **shares** — the source's share of corpus rows, of the quota targets, and of the suite;
@@ -12,7 +13,7 @@ lack of one — is plain. The report adds:
 * **curves, examples and the projection** behind the plots and the HTML page.
 
 :func:`build_report` assembles a :class:`Report` from the pipeline's
-:class:`~distprompt.metrics.SourceEvidence`; the report writes ``report.json``, ``report.md``,
+:class:`~distprompt.write.metrics.SourceEvidence`; the report writes ``report.json``, ``report.md``,
 PNG plots and one self-contained ``report.html`` (:meth:`Report.write`); :func:`render_report`
 re-renders them from ``report.json``. The metric functions are importable from here too.
 """
@@ -30,9 +31,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from distprompt._io import atomic_write_bytes
 from distprompt.errors import InputError
-from distprompt.metrics import (
+from distprompt.read.scan import histogram_quantiles
+from distprompt.write.metrics import (
     N_RANDOM,
     Metrics,
     SelectionSample,
@@ -45,14 +46,14 @@ from distprompt.metrics import (
     represented_share,
     rounded,
 )
-from distprompt.sample import histogram_quantiles
+from distprompt.write.out_dir import atomic_write_bytes
 
 if TYPE_CHECKING:
+    from distprompt.choose.stratify import Quota
+    from distprompt.read.scan import SourceStats
     from distprompt.records import SuiteItem
-    from distprompt.sample import SourceStats
-    from distprompt.stratify import Quota
 
-# The metrics live in distprompt.metrics; they stay importable from here.
+# The metrics live in distprompt.write.metrics; they stay importable from here.
 __all__ = [
     "N_RANDOM",
     "PLOT_NAMES",
@@ -71,7 +72,7 @@ __all__ = [
     "represented_share",
 ]
 
-logger = logging.getLogger("distprompt.report")
+logger = logging.getLogger("distprompt.write.report")
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
@@ -175,13 +176,13 @@ class Report:
 
     def to_markdown(self) -> str:
         """``report.md``: the summary, definitions, figures per source and the plots."""
-        from distprompt._report_render import markdown
+        from distprompt.write.render import markdown
 
         return markdown(self)
 
     def to_html(self) -> str:
         """``report.html``: self-contained (plots inlined), with example prompts per cluster."""
-        from distprompt._report_render import html_page, plots
+        from distprompt.write.render import html_page, plots
 
         return html_page(self, plots(self))
 
@@ -195,7 +196,7 @@ class Report:
         return [REPORT_JSON, *self._render(out_path)]
 
     def _render(self, out: Path) -> list[str]:
-        from distprompt._report_render import html_page, markdown, plots
+        from distprompt.write.render import html_page, markdown, plots
 
         pngs = plots(self)
         for name, data in pngs.items():

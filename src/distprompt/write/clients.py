@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from distprompt._plan import last_user_text, out_len
 from distprompt.records import SuiteItem
+from distprompt.write.formats import last_user_text, out_len
 
 __all__ = [
     "SGLANG_SHAREGPT_MIN_LEN",

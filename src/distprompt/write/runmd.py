@@ -1,12 +1,15 @@
 """``RUN.md``: the command for each benchmark client on a suite's files, and its warnings.
 
 The commands follow the loaders of the client versions in
-:data:`~distprompt.export.CLIENT_VERSIONS`; the warnings name what each client would silently do
+:data:`~distprompt.write.export.CLIENT_VERSIONS`; the warnings name what each client would silently
+do
 to this suite: items left out of the chat-text files, history lost in single-turn files, the
-pairs vLLM's and SGLang's ``sharegpt`` loaders drop (:func:`distprompt._clients.sharegpt_drops`),
+pairs vLLM's and SGLang's ``sharegpt`` loaders drop
+(:func:`distprompt.write.clients.sharegpt_drops`),
 SGLang's and GuideLLM's
 ``ignore_eos`` defaults, a BOS that a completions endpoint would add a second time, items that
-are not token-exact, and duplicate ids. :func:`distprompt.export.write_exports` writes it next to
+are not token-exact, and duplicate ids. :func:`distprompt.write.export.write_exports` writes it
+next to
 the client files.
 
 Example:
@@ -24,7 +27,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from distprompt._clients import (
+from distprompt.errors import ConfigError
+from distprompt.records import SuiteItem
+from distprompt.write.clients import (
     SGLANG_SHAREGPT_MIN_LEN,
     VLLM_SHAREGPT_MAX_PROMPT,
     VLLM_SHAREGPT_MAX_TOTAL,
@@ -32,7 +37,7 @@ from distprompt._clients import (
     ShareGptDrops,
     sharegpt_drops,
 )
-from distprompt._plan import (
+from distprompt.write.formats import (
     AIPERF_MULTI_NAME,
     CLIENT_VERSIONS,
     FORMATS,
@@ -44,8 +49,6 @@ from distprompt._plan import (
     out_len,
     user_texts,
 )
-from distprompt.errors import ConfigError
-from distprompt.records import SuiteItem
 
 __all__ = [
     "SGLANG_SHAREGPT_MIN_LEN",
@@ -80,7 +83,7 @@ def run_md(
     """``RUN.md``: the command for each client on these files, and warnings for this suite.
 
     Args:
-        items: The suite items, as given to :func:`~distprompt.export.write_exports`.
+        items: The suite items, as given to :func:`~distprompt.write.export.write_exports`.
         formats: The formats written.
         tokenizer_name: Tokenizer name or path for ``--tokenizer``; a placeholder when empty.
         ignore_eos: Whether the files ask for ``ignore_eos``.
@@ -191,7 +194,8 @@ def render_run_md(
     tokenizer: Any = None,
     temperature: float = 0.0,
 ) -> str:
-    """:func:`run_md` of a :class:`~distprompt._plan.Plan` whose formats are already checked."""
+    """:func:`run_md` of a :class:`~distprompt.write.formats.Plan` whose formats are already
+    checked."""
     if not temperature >= 0:
         raise ConfigError(f"temperature: expected a number >= 0, found {temperature!r}")
     items = plan.items

@@ -19,7 +19,7 @@ from distprompt.errors import TokenizerError
 
 __all__ = ["TokenizerInfo", "decode", "load_tokenizer"]
 
-logger = logging.getLogger("distprompt.decode")
+logger = logging.getLogger("distprompt.recover.decode")
 
 
 @dataclass(frozen=True, slots=True)

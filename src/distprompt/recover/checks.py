@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from distprompt.errors import TemplateError
-from distprompt.fastrow import RowView
+from distprompt.read.fastrow import RowView
 
 __all__ = [
     "MIN_ROUND_TRIP",
@@ -246,7 +246,7 @@ def _contains(hay: np.ndarray, needle: np.ndarray) -> bool:
 
 def show_ids(tok: Any, ids: Sequence[int]) -> str:
     """The text of some token ids (a marker), or "" for none."""
-    from distprompt.decode import decode
+    from distprompt.recover.decode import decode
 
     return decode(tok, list(ids)) if ids else ""
 
@@ -255,7 +255,7 @@ def count_round_trips(
     tok: Any, cands: Sequence[Any], vocab_size: int
 ) -> tuple[int, int, str | None]:
     """``(ok, sampled, first failing shard:line)`` over candidates with in-vocabulary ids."""
-    from distprompt.decode import decode
+    from distprompt.recover.decode import decode
 
     ok = n = 0
     first: str | None = None
@@ -447,7 +447,7 @@ def run_checks(
         (``(ok, sampled, first failing shard:line)``).
     """
     total_rows = sum(st.rows for st in part.stats.values())
-    from distprompt.sample import load_candidates
+    from distprompt.read.scan import load_candidates
 
     round_trips = {
         src: count_round_trips(

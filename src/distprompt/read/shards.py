@@ -1,5 +1,5 @@
 """Discover shards, stream their lines and stamp provenance (rows are validated by
-:mod:`distprompt.validate`).
+:mod:`distprompt.read.validate`).
 
 Shards are listed in sorted order and read as byte streams (``.jsonl``, ``.jsonl.gz``,
 ``.jsonl.zst``); memory does not depend on file size. Each line's provenance is the shard path
@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from distprompt.errors import CorruptStreamError, DataError, InputError
-from distprompt.validate import DEFAULT_MAX_LINE_BYTES, REQUIRED_KEYS, parse_row
+from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES, REQUIRED_KEYS, parse_row
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -65,7 +65,7 @@ __all__ = [
     "split_shard",
 ]
 
-logger = logging.getLogger("distprompt.shards")
+logger = logging.getLogger("distprompt.read.shards")
 
 SHARD_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 #: File names of the shards a prepared dataset folder holds: only these are read when present.
@@ -138,7 +138,7 @@ def find_shards(
     Args:
         data: A directory, a glob pattern, a file, or a list of those.
         warn: Called with each warning (ignored files, a folder without shards, a directory
-            symlink loop); logged on ``distprompt.shards`` when None.
+            symlink loop); logged on ``distprompt.read.shards`` when None.
         glob: Chooses the shards of each DATA folder explicitly instead: a pattern matched
             against the path relative to the folder (``*`` and ``?`` stay within a folder, ``**``
             spans folders; a pattern without ``/`` is matched against file names), e.g.
@@ -161,7 +161,7 @@ def find_shards(
     specs = [data] if isinstance(data, (str, os.PathLike)) else list(data)
     if not specs:
         raise InputError("expected DATA (a directory, a glob or files), found nothing")
-    from distprompt.remote import discover_urls, is_url
+    from distprompt.read.remote import discover_urls, is_url
 
     if any(is_url(str(spec)) for spec in specs):
         if glob is not None:
@@ -445,7 +445,7 @@ def open_shard(path: Path | str) -> IO[bytes]:
     Raises:
         InputError: The file cannot be opened.
     """
-    from distprompt.remote import is_url, open_url
+    from distprompt.read.remote import is_url, open_url
 
     if isinstance(path, str) and is_url(path):
         name, raw = path, open_url(path)
@@ -756,8 +756,8 @@ def iter_rows(
         max_line_bytes: Longer lines are refused (``line_too_long``) without being held in
             memory.
         parse: Turns ``(raw, shard=, line=, offset=)`` into the row yielded (raising
-            :class:`DataError` for a bad one): :func:`~distprompt.validate.parse_row` (a
-            :class:`Row`) or :func:`~distprompt.fastrow.read_row` (what the pass needs).
+            :class:`DataError` for a bad one): :func:`~distprompt.read.validate.parse_row` (a
+            :class:`Row`) or :func:`~distprompt.read.fastrow.read_row` (what the pass needs).
         start, end: Only the lines starting in this byte range (see :func:`iter_lines`).
         lines: When given, ``lines[0]`` is set to the number of lines read.
 

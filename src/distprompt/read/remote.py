@@ -6,7 +6,7 @@ when the filesystem's backend is installed (``s3fs`` for ``s3://``, ``gcsfs`` fo
 nothing). Local paths never come here. Shards are named as for local DATA — relative to the
 folder, the glob's fixed prefix, or (several inputs) their common parent — so
 ``file:///abs/prepared`` gives the same suite, byte for byte, as ``/abs/prepared``. A URL shard's
-:attr:`~distprompt.shards.Shard.url` is what workers open (on every node of a Ray cluster: each
+:attr:`~distprompt.read.shards.Shard.url` is what workers open (on every node of a Ray cluster: each
 needs the backend and the credentials).
 """
 
@@ -84,13 +84,13 @@ def open_url(url: str) -> IO[bytes]:
 
 def discover_urls(specs: Sequence[str], *, warn: Callable[[str], None]) -> list[Any]:
     """The shards of DATA when some input is a URL (local paths among them are read as
-    ``file://``); sorted by name, as :func:`distprompt.shards.discover_shards` returns them.
+    ``file://``); sorted by name, as :func:`distprompt.read.shards.discover_shards` returns them.
 
     Raises:
         InputError: A backend is missing, nothing is at a URL, inputs mix filesystems, or no
             shard matches.
     """
-    from distprompt.shards import Shard
+    from distprompt.read.shards import Shard
 
     urls = [spec if is_url(spec) else Path(spec).absolute().as_uri() for spec in specs]
     systems = [_filesystem(url)[0] for url in urls]
@@ -120,7 +120,7 @@ def discover_urls(specs: Sequence[str], *, warn: Callable[[str], None]) -> list[
 
 
 def _discover_one(url: str, *, warn: Callable[[str], None]) -> list[tuple[str, str, int]]:
-    from distprompt.shards import _UNSUPPORTED_SUFFIXES, _is_shard
+    from distprompt.read.shards import _UNSUPPORTED_SUFFIXES, _is_shard
 
     fs, path = _filesystem(url)
     path = path.rstrip("/") or path

@@ -17,7 +17,7 @@ suite and for a uniform random sample of the same size (the median over :data:`N
 :func:`measure_source` runs in the pipeline where the pool, features and selection are at hand
 and returns a :class:`SourceEvidence`; :func:`pooled_metrics` pools the sources into overall
 figures: KS against the whole corpus (item weights scaled by the source's share of rows for the
-weighted variant), coverage averaged over all candidates. :mod:`distprompt.report` assembles
+weighted variant), coverage averaged over all candidates. :mod:`distprompt.write.report` assembles
 the report from them.
 """
 
@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from distprompt.read.scan import SourceStats
     from distprompt.records import Candidate
-    from distprompt.sample import SourceStats
 
 __all__ = [
     "N_RANDOM",
@@ -116,7 +116,7 @@ def mean_nearest_distance(x: np.ndarray, selected: Sequence[int] | np.ndarray) -
         >>> mean_nearest_distance(np.array([[0.0], [1.0], [2.0], [10.0]]), [0, 3])
         0.75
     """
-    from distprompt.cluster import sq_distances
+    from distprompt.choose.cluster import sq_distances
 
     sel = np.asarray(selected, dtype=np.int64)
     if sel.size == 0 or x.shape[0] == 0:
@@ -342,7 +342,7 @@ def measure_source(
         rng = np.random.default_rng([seed, i])
         ridx = np.sort(rng.choice(n, size=k, replace=False)) if k < n else np.arange(n)
         if x is not None:
-            from distprompt.cluster import assign
+            from distprompt.choose.cluster import assign
 
             rw = np.bincount(assign(x, ridx.tolist()), minlength=k) / n
         else:
@@ -368,7 +368,7 @@ def measure_source(
 
 
 def _projection(x: np.ndarray, idx: np.ndarray, labels: np.ndarray | None) -> dict[str, list[Any]]:
-    from distprompt.cluster import assign
+    from distprompt.choose.cluster import assign
 
     n = x.shape[0]
     if labels is None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from distprompt._io import atomic_write_bytes
+from distprompt.write.out_dir import atomic_write_bytes
 
 __all__ = ["PLOT_NAME", "SUMMARY_MD", "render_compare", "render_summary", "write_summary_files"]
 
@@ -152,7 +152,7 @@ def _plot(summary: dict[str, Any], path: Path) -> bool:
     rows = summary["by_source"]
     if not rows:
         return False
-    from distprompt._report_render import _png, _pyplot
+    from distprompt.write.render import _png, _pyplot
 
     plt = _pyplot()
     sources = sorted({r["source"] for r in rows})
@@ -202,7 +202,7 @@ def _plot(summary: dict[str, Any], path: Path) -> bool:
 
 def write_summary_files(out: Path, summary: dict[str, Any], meta: dict[str, Any]) -> None:
     """Write ``summary.json`` (last: its presence marks a result), ``summary.md`` and the plot."""
-    from distprompt.bench_run import SUMMARY_JSON
+    from distprompt.bench.run import SUMMARY_JSON
 
     atomic_write_bytes(out / SUMMARY_MD, render_summary(summary).encode())
     _plot(summary, out / PLOT_NAME)
@@ -213,7 +213,7 @@ def write_summary_files(out: Path, summary: dict[str, Any], meta: dict[str, Any]
 
 
 def render_compare(cmp: dict[str, Any]) -> str:
-    """Markdown of :func:`distprompt.bench_stats.compare`."""
+    """Markdown of :func:`distprompt.bench.stats.compare`."""
     lines = [f"# {cmp['a']} vs {cmp['b']} (speedup = output tok/s of {cmp['a']} / {cmp['b']})", ""]
     lines += _table(
         ["concurrency", "corpus speedup [95% CI]"],

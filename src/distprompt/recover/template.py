@@ -5,7 +5,7 @@ contents are unique sentinel strings through the tokenizer's own chat template a
 every pair of consecutive *slots* (a message's content, its reasoning, a tool call's name, its
 arguments as one JSON object or each argument's key and value, a tool definition), the literal
 text the template writes between them, also under each template switch. The resulting
-:class:`TemplateProfile` is the automaton :mod:`distprompt.turns` walks to recover messages.
+:class:`TemplateProfile` is the automaton :mod:`distprompt.recover.turns` walks to recover messages.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from distprompt.errors import TemplateError
 
 __all__ = ["TemplateProfile", "learn_template"]
 
-logger = logging.getLogger("distprompt.template")
+logger = logging.getLogger("distprompt.recover.template")
 
 # Slot kinds. START/END are the virtual slots before the first and after the last literal.
 START, END = "^", "$"

@@ -22,7 +22,7 @@ not re-render to the prompt ids (``fidelity`` other than ``tokens``), are left o
 that needs raw chat text (``openai``, ``sharegpt``, ``aiperf``, ``by_source``; ``messages`` is
 null in ``guidellm``): putting the rendered prompt there instead would have it templated a
 second time, and inexact messages would send another prompt. ``RUN.md``
-(:mod:`distprompt.runmd`) names them.
+(:mod:`distprompt.write.runmd`) names them.
 
 Example:
     >>> from pathlib import Path
@@ -41,8 +41,9 @@ from typing import Any
 
 import orjson
 
-from distprompt._io import atomic_write_bytes, atomic_write_lines
-from distprompt._plan import (
+from distprompt.errors import ConfigError
+from distprompt.records import SuiteItem
+from distprompt.write.formats import (
     AIPERF_MULTI_NAME,
     CLIENT_VERSIONS,
     FORMATS,
@@ -58,15 +59,14 @@ from distprompt._plan import (
     safe_names,
     text_of,
 )
-from distprompt.errors import ConfigError
-from distprompt.records import SuiteItem
-from distprompt.runmd import render_run_md, run_md
+from distprompt.write.out_dir import atomic_write_bytes, atomic_write_lines
+from distprompt.write.runmd import render_run_md, run_md
 
-# CLIENT_VERSIONS, FORMATS and check_formats live in distprompt._plan, run_md and the vLLM
-# sharegpt estimate in distprompt.runmd; they stay importable from here.
+# CLIENT_VERSIONS, FORMATS and check_formats live in distprompt.write.formats, run_md and the vLLM
+# sharegpt estimate in distprompt.write.runmd; they stay importable from here.
 __all__ = ["CLIENT_VERSIONS", "FORMATS", "check_formats", "run_md", "write_exports"]
 
-logger = logging.getLogger("distprompt.export")
+logger = logging.getLogger("distprompt.write.export")
 
 _JSON_OPTS = orjson.OPT_NON_STR_KEYS
 # The by_source file stems, under the name callers of this module have used.

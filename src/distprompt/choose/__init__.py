@@ -1,0 +1,3 @@
+"""Choosing the suite: quotas per source (``stratify``), features (``vectorize``), clusters
+(``cluster``) and the representatives (``select``).
+"""
