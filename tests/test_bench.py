@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from distprompt import BenchResults, Suite, SuiteItem, bench, bench_compare, import_aiperf
-from distprompt.bench.stats import corpus_estimate
+from distprompt.benchmark.stats import corpus_estimate
 from distprompt.cli import main
 from distprompt.errors import ConfigError, OutputError, ServerError
 from distprompt.records import Provenance
@@ -574,7 +574,7 @@ def test_aiperf_import_joins_records_to_items(suite_dir: Path, tmp_path: Path) -
 
 
 def test_sglang_reader_takes_older_field_names() -> None:
-    from distprompt.bench.protocol import StreamReader
+    from distprompt.benchmark.protocol import StreamReader
 
     r = StreamReader("sglang")
     r.feed('{"text": "a", "meta_info": {"completion_tokens": 1, "finish_reason": null}}', 0.1)

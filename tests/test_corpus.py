@@ -14,7 +14,8 @@ import pytest
 
 from distprompt import TokenizerError, inspect_corpus
 from distprompt.cli import main
-from distprompt.corpus import learn_markers, length_quantiles
+from distprompt.corpus import length_quantiles
+from distprompt.recover.checks import learn_markers
 
 from factories import make_corpus, write_shard
 

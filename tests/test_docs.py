@@ -134,7 +134,7 @@ def test_commands_in_docs_use_real_options() -> None:
 
 
 def test_pages_exist_and_formats_page_covers_every_format() -> None:
-    from distprompt.write.export import FORMATS
+    from distprompt.write.formats import FORMATS
 
     for page in ("quickstart.md", "concepts.md", "reference.md", "formats.md"):
         assert (DOCS / page).is_file(), page
@@ -143,3 +143,33 @@ def test_pages_exist_and_formats_page_covers_every_format() -> None:
         assert f"`{fmt}`" in formats, f"formats.md does not mention format {fmt!r}"
     for client in ("sglang.bench_serving", "vllm bench serve", "guidellm run", "aiperf profile"):
         assert client in formats
+
+
+#: Paths in the docs that are not modules of the package.
+_NOT_SRC = ("tests/", "scripts/", "benchmarks/", "distprompt/")
+
+
+def _modules() -> set[str]:
+    """Every module of the package as a path below ``src/distprompt`` (``read/scan.py`` …),
+    without the package markers and the private version file."""
+    pkg = REPO_ROOT / "src" / "distprompt"
+    return {
+        p.relative_to(pkg).as_posix()
+        for p in pkg.rglob("*.py")
+        if p.name not in ("__init__.py", "_version.py")
+    }
+
+
+def test_architecture_page_names_every_module() -> None:
+    text = (REPO_ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    named = {p for p in re.findall(r"`([\w/]+\.py)`", text) if not p.startswith(_NOT_SRC)}
+    assert _modules() <= named, f"not in ARCHITECTURE.md: {sorted(_modules() - named)}"
+    assert named <= _modules(), f"not modules: {sorted(named - _modules())}"
+
+
+def test_concepts_module_map_names_real_modules() -> None:
+    """Every ``a/b.py`` path docs/concepts.md mentions is a module of the package."""
+    text = (DOCS / "concepts.md").read_text(encoding="utf-8")
+    paths = {p for p in re.findall(r"`([a-z]+/\w+\.py)`", text) if not p.startswith(_NOT_SRC)}
+    assert paths, "concepts.md's pipeline names no module"
+    assert paths <= _modules(), sorted(paths - _modules())

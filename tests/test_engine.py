@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from distprompt import build_suite
+from distprompt import build_suite, inspect_corpus
 from distprompt.cli import main
-from distprompt.corpus import inspect_corpus
 from distprompt.errors import ConfigError, DataError, InputError
 from distprompt.read.scan import Partial, scan
 from distprompt.read.shards import discover_shards, iter_lines

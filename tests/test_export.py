@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 
 from distprompt.errors import ConfigError
 from distprompt.records import Provenance, SuiteItem
-from distprompt.write import export
-from distprompt.write.export import FORMATS, run_md, write_exports
+from distprompt.write import formats
+from distprompt.write.export import write_exports
+from distprompt.write.formats import FORMATS
+from distprompt.write.runmd import run_md
 
 # --------------------------------------------------------------------------------------------
 # Factories
@@ -168,7 +170,7 @@ def test_unknown_format_raises_config_error_naming_valid_ones(
     with pytest.raises(ConfigError):
         run_md(items, formats=["nope"], tokenizer_name="")
     with pytest.raises(ValueError):  # ConfigError is a ValueError
-        export.check_formats(["sharegpt", "jsonl"])
+        formats.check_formats(["sharegpt", "jsonl"])
 
 
 def test_returns_every_file_written_and_nothing_else(
@@ -533,7 +535,7 @@ def test_by_source_file_names_are_safe_and_distinct(tmp_path: Path) -> None:
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.text(min_size=0, max_size=30), min_size=1, max_size=8, unique=True))
 def test_safe_names_are_unique_for_any_sources(sources: list[str]) -> None:
-    stems = export._safe_names(sources)
+    stems = formats.safe_names(sources)
     assert set(stems) == set(sources)
     assert len({s.lower() for s in stems.values()}) == len(sources)
     assert all(re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]*", s) for s in stems.values())
@@ -558,7 +560,7 @@ def test_run_md_commands_carry_real_counts(out: Path, items: list[SuiteItem]) ->
     assert "--custom-dataset-type single_turn" in text
     assert "--custom-dataset-type multi_turn" in text
     assert "--disable-ignore-eos" in text
-    for v in export.CLIENT_VERSIONS.values():
+    for v in formats.CLIENT_VERSIONS.values():
         assert v in text
     assert "return_spec_tokens_details" in text and "/metrics" in text
     # spec_bench / speed-bench loaders render the template: completions or native endpoints only.

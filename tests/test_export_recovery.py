@@ -9,7 +9,9 @@ from typing import Any
 import orjson
 
 from distprompt.records import SuiteItem
-from distprompt.write.export import FORMATS, run_md, write_exports
+from distprompt.write.export import write_exports
+from distprompt.write.formats import FORMATS
+from distprompt.write.runmd import run_md
 from test_export import make_item
 
 

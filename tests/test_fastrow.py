@@ -26,8 +26,9 @@ from distprompt.errors import DataError
 from distprompt.read import fastrow
 from distprompt.read.fastrow import FullView, read_row
 from distprompt.read.scan import scan
-from distprompt.read.shards import Shard, discover_shards, iter_rows
+from distprompt.read.shards import discover_shards, iter_rows
 from distprompt.read.validate import parse_row
+from distprompt.records import Shard
 from test_fuzz import EXAMPLES, REQUIRED, serialize, shards, valid_rows
 from test_hostile import ROW_CASES
 

@@ -19,7 +19,8 @@ import pytest
 
 from distprompt import build_suite
 from distprompt.records import SuiteItem
-from distprompt.recover.turns import learn_template, recover_turns
+from distprompt.recover.template import learn_template
+from distprompt.recover.turns import recover_turns
 
 from conftest import REPO_ROOT, SAMPLES_DIR
 

@@ -36,7 +36,9 @@ from hypothesis import strategies as st
 
 from distprompt.errors import DataError, DistpromptError
 from distprompt.read.scan import scan
-from distprompt.read.shards import DEFAULT_MAX_LINE_BYTES, Shard, iter_rows
+from distprompt.read.shards import iter_rows
+from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES
+from distprompt.records import Shard
 
 EXAMPLES = int(os.environ.get("DISTPROMPT_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(

@@ -37,14 +37,10 @@ import distprompt.write.out_dir
 from distprompt.cli import main
 from distprompt.errors import CorruptStreamError, DataError, DistpromptError, TokenizerError
 from distprompt.read.scan import scan
-from distprompt.read.shards import (
-    DEFAULT_MAX_LINE_BYTES,
-    REQUIRED_KEYS,
-    discover_shards,
-    iter_lines,
-    iter_rows,
-)
-from distprompt.write.suite import MANIFEST_NAME, SUITE_NAME, prepare_out_dir
+from distprompt.read.shards import discover_shards, iter_lines, iter_rows
+from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES, REQUIRED_KEYS
+from distprompt.write.out_dir import MANIFEST_NAME, prepare_out_dir
+from distprompt.write.suite import SUITE_NAME
 
 
 def _permissions_enforced() -> bool:
@@ -497,7 +493,8 @@ _PEAK_RSS = textwrap.dedent(
     import resource, sys
     from pathlib import Path
     import numpy, orjson  # imported before the baseline
-    from distprompt.read.shards import Shard, iter_rows
+    from distprompt.read.shards import iter_rows
+    from distprompt.records import Shard
     path = Path(sys.argv[1])
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     skipped = {}

@@ -14,20 +14,16 @@ import pytest
 from distprompt import Report, Suite, build_suite, render_report
 from distprompt.choose.stratify import Quota
 from distprompt.cli import main
-from distprompt.read.scan import SourceStats
-from distprompt.records import Candidate, Provenance, SuiteItem
-from distprompt.write.report import (
-    PLOT_NAMES,
-    REPORT_HTML,
-    REPORT_JSON,
-    REPORT_MD,
-    build_report,
+from distprompt.records import Candidate, Provenance, SourceStats, SuiteItem
+from distprompt.write.metrics import (
     ks_statistic,
     mean_nearest_distance,
     measure_source,
     reference_space,
     represented_share,
 )
+from distprompt.write.render import PLOT_NAMES
+from distprompt.write.report import REPORT_HTML, REPORT_JSON, REPORT_MD, build_report
 
 from factories import make_corpus
 

@@ -14,7 +14,9 @@ import orjson
 import pytest
 
 from distprompt.write.clients import sharegpt_drops
-from distprompt.write.export import CLIENT_VERSIONS, run_md, write_exports
+from distprompt.write.export import write_exports
+from distprompt.write.formats import CLIENT_VERSIONS
+from distprompt.write.runmd import run_md
 from test_export import make_item, suite_items
 
 # ``guidellm run --help`` of 0.8.1: the options a RUN.md command may use.

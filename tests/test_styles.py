@@ -16,7 +16,8 @@ import pytest
 
 from distprompt import build_suite
 from distprompt.pipeline import _template_summary
-from distprompt.recover.turns import RecoveredTurns, TemplateProfile, learn_template, recover_turns
+from distprompt.recover.template import TemplateProfile, learn_template
+from distprompt.recover.turns import RecoveredTurns, recover_turns
 from styles import STYLES, prompt_cuts, sample_conversations, shape, style_tokenizer
 
 MIN_SHARE = 0.98

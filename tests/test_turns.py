@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from distprompt.errors import TemplateError
-from distprompt.recover.turns import RecoveredTurns, TemplateProfile, learn_template, recover_turns
+from distprompt.recover.template import TemplateProfile, learn_template
+from distprompt.recover.turns import RecoveredTurns, recover_turns
 
 Msg = dict[str, Any]
 

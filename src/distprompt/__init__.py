@@ -24,25 +24,32 @@ from distprompt.errors import (
 )
 
 if _TYPE_CHECKING:
-    from distprompt.bench.aiperf import import_aiperf
-    from distprompt.bench.run import BenchInterrupted, BenchResults, bench
-    from distprompt.bench.stats import compare as bench_compare
-    from distprompt.corpus import CorpusInfo, inspect_corpus
-    from distprompt.pipeline import build_suite
+    from distprompt.benchmark.aiperf import import_aiperf
+    from distprompt.benchmark.report import render_compare as render_bench_compare
+    from distprompt.benchmark.report import render_summary as render_bench_summary
+    from distprompt.benchmark.run import BenchInterrupted, BenchResults, bench
+    from distprompt.benchmark.stats import compare as bench_compare
+    from distprompt.config import Config
+    from distprompt.corpus import CorpusInfo
+    from distprompt.pipeline import build_suite, export_suite, inspect_corpus
     from distprompt.records import Provenance, SuiteItem
     from distprompt.write.report import Report, render_report
     from distprompt.write.suite import Suite
 
 # Imported on first use: ``import distprompt`` (and every worker process) stays cheap.
 _LAZY = {
-    "BenchInterrupted": "distprompt.bench.run",
-    "BenchResults": "distprompt.bench.run",
-    "bench": "distprompt.bench.run",
-    "bench_compare": "distprompt.bench.stats",
-    "import_aiperf": "distprompt.bench.aiperf",
+    "BenchInterrupted": "distprompt.benchmark.run",
+    "BenchResults": "distprompt.benchmark.run",
+    "bench": "distprompt.benchmark.run",
+    "bench_compare": "distprompt.benchmark.stats",
+    "import_aiperf": "distprompt.benchmark.aiperf",
+    "render_bench_compare": "distprompt.benchmark.report",
+    "render_bench_summary": "distprompt.benchmark.report",
+    "Config": "distprompt.config",
     "CorpusInfo": "distprompt.corpus",
-    "inspect_corpus": "distprompt.corpus",
+    "inspect_corpus": "distprompt.pipeline",
     "build_suite": "distprompt.pipeline",
+    "export_suite": "distprompt.pipeline",
     "Provenance": "distprompt.records",
     "SuiteItem": "distprompt.records",
     "Report": "distprompt.write.report",
@@ -51,7 +58,11 @@ _LAZY = {
 }
 
 #: Public names that differ from the attribute in their module.
-_ATTR = {"bench_compare": "compare"}
+_ATTR = {
+    "bench_compare": "compare",
+    "render_bench_compare": "render_compare",
+    "render_bench_summary": "render_summary",
+}
 
 
 def __getattr__(name: str) -> _Any:
@@ -72,6 +83,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "BenchInterrupted",
     "BenchResults",
+    "Config",
     "ConfigError",
     "CorpusInfo",
     "CorruptStreamError",
@@ -90,7 +102,10 @@ __all__ = [
     "bench",
     "bench_compare",
     "build_suite",
+    "export_suite",
     "import_aiperf",
     "inspect_corpus",
+    "render_bench_compare",
+    "render_bench_summary",
     "render_report",
 ]

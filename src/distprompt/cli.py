@@ -13,6 +13,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from distprompt._version import __version__
+from distprompt.config import ALLOCATIONS, ENGINES, METHODS, ON_ERROR, Config
 from distprompt.errors import DistpromptError
 
 __all__ = ["app", "main"]
@@ -28,6 +29,17 @@ app = typer.Typer(
 
 EXIT_DATA = 2
 _state: dict[str, Any] = {"verbose": False}
+
+
+def _choices(name: str, values: tuple[str, ...]) -> Any:
+    """A typer choice type whose values are those of a :mod:`distprompt.config` ``Literal``."""
+    return Enum(name, {v: v for v in values}, type=str)
+
+
+OnError = _choices("OnError", ON_ERROR)
+Allocation = _choices("Allocation", ALLOCATIONS)
+Method = _choices("Method", METHODS)
+EngineName = _choices("EngineName", ENGINES)
 
 
 # Arguments and options that more than one command takes.
@@ -54,13 +66,8 @@ Glob = Annotated[
 ]
 
 
-class EngineName(str, Enum):
-    local = "local"
-    ray = "ray"
-
-
 EngineOpt = Annotated[
-    EngineName,
+    EngineName,  # type: ignore[valid-type]
     typer.Option(
         "--engine",
         help="Where the pass runs: local (this machine, --workers processes) or ray (one Ray "
@@ -75,23 +82,6 @@ RayAddress = Annotated[
         "RAY_ADDRESS, else start or join a Ray on this machine.",
     ),
 ]
-
-
-class OnError(str, Enum):
-    raise_ = "raise"
-    skip = "skip"
-
-
-class Allocation(str, Enum):
-    proportional = "proportional"
-    sqrt = "sqrt"
-    equal = "equal"
-
-
-class Method(str, Enum):
-    herding = "herding"
-    kmedoids = "kmedoids"
-    random = "random"
 
 
 def _version(value: bool) -> None:
@@ -135,8 +125,9 @@ def export(
         int | None, typer.Option(help="Total items, split between sources by --allocation.", min=1)
     ] = None,
     allocation: Annotated[
-        Allocation, typer.Option(help="How --total is split: by rows, sqrt of rows, or equally.")
-    ] = Allocation.proportional,
+        Allocation,  # type: ignore[valid-type]
+        typer.Option(help="How --total is split: by rows, sqrt of rows, or equally."),
+    ] = "proportional",
     min_per_source: Annotated[int, typer.Option(help="Floor per source with --total.", min=0)] = 0,
     max_candidates: Annotated[
         int,
@@ -144,14 +135,26 @@ def export(
     ] = 20000,
     seed: Annotated[int, typer.Option(help="Seed; same input and seed => same files.", min=0)] = 0,
     on_error: Annotated[
-        OnError,
+        OnError,  # type: ignore[valid-type]
         typer.Option(
             help="raise: stop at the first bad row (exit 2); skip: count and skip bad rows."
         ),
-    ] = OnError.raise_,
+    ] = "raise",
     method: Annotated[
-        Method, typer.Option(help="Selection method within a source.")
-    ] = Method.herding,
+        Method,  # type: ignore[valid-type]
+        typer.Option(help="Selection method within a source."),
+    ] = "herding",
+    near_duplicate: Annotated[
+        float,
+        typer.Option(help="TF-IDF cosine at which two prompts count as near-duplicates.", min=0),
+    ] = 0.95,
+    lsa_dims: Annotated[
+        int, typer.Option(help="Dimensions of the LSA content vectors selection uses.", min=1)
+    ] = 64,
+    length_weight: Annotated[
+        float,
+        typer.Option(help="Weight of the log prompt length beside the content vectors.", min=0),
+    ] = 1.0,
     max_output_tokens: Annotated[
         int | None, typer.Option(help="Cap on each item's max_tokens.", min=1)
     ] = None,
@@ -162,9 +165,15 @@ def export(
         float,
         typer.Option(help="Sampling temperature set in every client file and command.", min=0),
     ] = 0.0,
+    ignore_eos: Annotated[
+        bool,
+        typer.Option(
+            "--ignore-eos", help="Client files ask for max_tokens past EOS (forced lengths)."
+        ),
+    ] = False,
     workers: Workers = 1,
     glob: Glob = None,
-    engine: EngineOpt = EngineName.local,
+    engine: EngineOpt = "local",
     ray_address: RayAddress = None,
     no_turns: Annotated[bool, typer.Option("--no-turns", help="Skip chat-turn recovery.")] = False,
     no_tokenizer_check: Annotated[
@@ -184,94 +193,46 @@ def export(
     ] = True,
 ) -> None:
     """Build a representative prompt suite from tokenized shards and write it to OUT."""
-    from distprompt.pipeline import build_suite
-    from distprompt.write.export import FORMATS, checked_formats
-    from distprompt.write.suite import check_out_dir
+    from distprompt import export_suite
 
-    fmts = checked_formats(
-        FORMATS if formats is None else [f.strip() for f in formats.split(",") if f.strip()]
-    )
-    # Refuse an occupied or unusable OUT before reading gigabytes.
-    check_out_dir(out, overwrite=overwrite)
-    suite = build_suite(
-        data if len(data) > 1 else data[0],
-        tokenizer=tokenizer,
-        per_source=per_source,
+    config = Config(
+        per_source=None if total is not None else per_source,
         total=total,
-        allocation=allocation.value,
+        allocation=_value(allocation),
         min_per_source=min_per_source,
         max_candidates=max_candidates,
         seed=seed,
-        on_error=on_error.value,
-        method=method.value,
+        on_error=_value(on_error),
+        method=_value(method),
         max_output_tokens=max_output_tokens,
+        near_duplicate=near_duplicate,
+        lsa_dims=lsa_dims,
+        length_weight=length_weight,
         workers=workers,
-        engine=engine.value,
-        ray_address=ray_address,
         recover_turns=not no_turns,
         check_tokenizer=not no_tokenizer_check,
         glob=glob,
+        engine=_value(engine),
+        ray_address=ray_address,
+    )
+    suite = export_suite(
+        data if len(data) > 1 else data[0],
+        out,
+        tokenizer=tokenizer,
+        config=config,
+        formats=None if formats is None else [f.strip() for f in formats.split(",") if f.strip()],
+        overwrite=overwrite,
+        temperature=temperature,
+        ignore_eos=ignore_eos,
         progress=progress and sys.stderr.isatty(),
         warn=_warn,
     )
-    suite.save(out, formats=fmts, overwrite=overwrite, temperature=temperature)
-    typer.echo(_summary(suite.manifest), err=True)
-    if suite.report is not None:
-        typer.echo(suite.report.summary, err=True)
-    typer.echo(f"wrote {len(suite)} items to {out}{_caveats(suite.manifest)}", err=True)
+    typer.echo(suite.summary(out), err=True)
 
 
-def _caveats(manifest: dict[str, Any]) -> str:
-    """What the last line must not leave to a column: a failed check, a token-exact share < 100%."""
-    out = []
-    check = manifest.get("tokenizer_check") or {}
-    if check.get("passed") is False:
-        out.append("TOKENIZER CHECK FAILED (written with --no-tokenizer-check)")
-    fid: dict[str, int] = {}
-    for s in manifest.get("sources", {}).values():
-        for k, v in (s.get("fidelity") or {}).items():
-            fid[k] = fid.get(k, 0) + v
-    n = sum(fid.values())
-    exact = fid.get("tokens", 0)
-    if n and exact < n:
-        out.append(
-            f"only {exact} of {n} items ({100.0 * exact / n:.0f}%) are token-exact; the others "
-            "are listed in manifest.json fidelity_issues"
-        )
-    return f" — {'; '.join(out)}" if out else ""
-
-
-def _summary(manifest: dict[str, Any]) -> str:
-    from distprompt.corpus import format_table
-
-    head = ("source", "rows", "unique", "cands", "target", "selected", "tokens%", "turns%")
-    lines = [head]
-    for src, s in manifest.get("sources", {}).items():
-        fid = s.get("fidelity") or {}
-        n = sum(fid.values())
-        pct = f"{100.0 * fid.get('tokens', 0) / n:.0f}" if n else "-"
-        # Share of items whose every turn was recognised (the rest are `flat` fallbacks).
-        structure = s.get("structure") or {}
-        n_st = sum(structure.values())
-        turns = f"{100.0 * structure.get('turns', 0) / n_st:.0f}" if n_st else "-"
-        uniq = f"{s['unique_prompts']}" + ("" if s.get("unique_exact", True) else "~")
-        lines.append(
-            (
-                src,
-                str(s["rows"]),
-                uniq,
-                str(s["candidates"]),
-                str(s["target"]),
-                str(s["selected"]),
-                pct,
-                turns,
-            )
-        )
-    out = format_table(lines)
-    skipped = manifest.get("counts", {}).get("skipped") or {}
-    if skipped:
-        out.append("skipped rows: " + ", ".join(f"{k}={v}" for k, v in skipped.items()))
-    return "\n".join(out)
+def _value(choice: Any) -> Any:
+    """The string of a choice option (typer passes the enum member; a default is the string)."""
+    return getattr(choice, "value", choice)
 
 
 @app.command("inspect")
@@ -291,17 +252,17 @@ def inspect_cmd(
     ] = False,
     workers: Workers = 1,
     glob: Glob = None,
-    engine: EngineOpt = EngineName.local,
+    engine: EngineOpt = "local",
     ray_address: RayAddress = None,
 ) -> None:
     """Show what is in a corpus, from one streaming pass: sources, shares, lengths, anomalies."""
-    from distprompt.corpus import inspect_corpus
+    from distprompt import inspect_corpus
 
     info = inspect_corpus(
         data if len(data) > 1 else data[0],
         tokenizer=tokenizer,
         workers=workers,
-        engine=engine.value,
+        engine=_value(engine),
         ray_address=ray_address,
         progress=sys.stderr.isatty(),
         glob=glob,
@@ -320,7 +281,7 @@ def report_cmd(
     out: Annotated[Path, typer.Argument(help="Output folder of an export (it holds report.json).")],
 ) -> None:
     """Re-render report.md, the PNG plots and report.html from OUT/report.json."""
-    from distprompt.write.report import render_report
+    from distprompt import render_report
 
     typer.echo(render_report(out).summary)
 
@@ -352,9 +313,9 @@ BenchOverwrite = Annotated[
 
 
 def _bench_done(res: Any, out: Path) -> None:
-    from distprompt.bench.report import render_summary
+    from distprompt import render_bench_summary
 
-    typer.echo(render_summary(res.summary), err=True)
+    typer.echo(render_bench_summary(res.summary), err=True)
     typer.echo(f"wrote {len(res)} requests to {out}", err=True)
 
 
@@ -400,7 +361,7 @@ def bench_cmd(
     ] = True,
 ) -> None:
     """Replay a suite against a server: speed and speculative acceptance per source and cluster."""
-    from distprompt.bench.run import BenchInterrupted, bench
+    from distprompt import BenchInterrupted, bench
 
     try:
         res = bench(
@@ -445,7 +406,7 @@ def bench_import_cmd(
     overwrite: BenchOverwrite = False,
 ) -> None:
     """Join an AIPerf run's per-request export back to the suite items and summarize it."""
-    from distprompt.bench.aiperf import import_aiperf
+    from distprompt import import_aiperf
 
     res = import_aiperf(
         aiperf_run_dir,
@@ -475,21 +436,19 @@ def bench_compare_cmd(
     ] = False,
 ) -> None:
     """Speedup of run A over baseline B per source and concurrency, with 95% intervals."""
-    from distprompt.bench.report import render_compare
-    from distprompt.bench.run import BenchResults
-    from distprompt.bench.stats import compare
+    from distprompt import BenchResults, bench_compare, render_bench_compare
     from distprompt.errors import ConfigError
 
     base = baseline or b
     if base is None or (baseline is not None and b is not None):
         raise ConfigError("bench-compare: expected a baseline as B or --baseline (one of them)")
-    cmp = compare(BenchResults.load(a), BenchResults.load(base))
+    cmp = bench_compare(BenchResults.load(a), BenchResults.load(base))
     if json_out:
         import orjson
 
         typer.echo(orjson.dumps(cmp, option=orjson.OPT_INDENT_2).decode())
     else:
-        typer.echo(render_compare(cmp))
+        typer.echo(render_bench_compare(cmp))
 
 
 # ---- end of bench ------------------------------------------------------------------------

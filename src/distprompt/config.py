@@ -2,30 +2,83 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+import importlib.util
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Literal, get_args
 
-from distprompt.choose.select import METHODS
-from distprompt.choose.stratify import ALLOCATIONS
 from distprompt.errors import ConfigError
 
-__all__ = ["ON_ERROR", "Config"]
+__all__ = [
+    "ALLOCATIONS",
+    "ENGINES",
+    "METHODS",
+    "ON_ERROR",
+    "RAY_INSTALL_HINT",
+    "Allocation",
+    "Config",
+    "Engine",
+    "Method",
+    "OnError",
+    "require_engine",
+    "resolve",
+]
 
-ON_ERROR = ("raise", "skip")
+#: How ``total`` is split between sources: by rows, by the square root of rows, or equally.
+Allocation = Literal["proportional", "sqrt", "equal"]
+#: How a source's representatives are chosen.
+Method = Literal["herding", "kmedoids", "random"]
+#: Stop at the first bad row, or skip bad rows and count them by reason.
+OnError = Literal["raise", "skip"]
+#: Where the pass runs.
+Engine = Literal["local", "ray"]
+
+ALLOCATIONS: tuple[Allocation, ...] = get_args(Allocation)
+METHODS: tuple[Method, ...] = get_args(Method)
+ON_ERROR: tuple[OnError, ...] = get_args(OnError)
+ENGINES: tuple[Engine, ...] = get_args(Engine)
+RAY_INSTALL_HINT = "pip install 'distprompt[ray]'"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Config:
-    """Options of a suite build (see :func:`distprompt.build_suite` for their meaning)."""
+    """Options of a suite build, validated here before any shard is read.
+
+    Attributes:
+        per_source: Items from every source. Set to None when ``total`` is given.
+        total: Total items, split between sources by ``allocation``.
+        allocation: ``proportional`` (to rows), ``sqrt`` or ``equal``; with ``total``.
+        min_per_source: Floor per source; with ``total``.
+        max_candidates: Unique prompts kept per source for selection (bounds memory).
+        seed: Seeds every random choice; same input and seed give byte-identical output.
+        on_error: ``raise`` at the first bad row, or ``skip`` bad rows and count them by reason.
+        method: ``herding`` (default), ``kmedoids`` or ``random``.
+        max_output_tokens: Cap on each item's ``max_tokens``.
+        near_duplicate: TF-IDF cosine at which two prompts count as near-duplicates.
+        lsa_dims: Dimensions of the LSA content vectors selection works in.
+        length_weight: Weight of the log prompt length beside the content vectors.
+        workers: Processes reading shards in parallel (does not change the result).
+        recover_turns: Recover chat ``messages`` and check fidelity (needs a chat template).
+        check_tokenizer: Refuse a tokenizer that fails the checks ``inspect`` runs; False builds
+            the suite anyway and records the failed verdict in the manifest.
+        glob: Which files of each DATA folder are shards (see
+            :func:`distprompt.read.shards.find_shards`).
+        engine: ``local`` (this machine) or ``ray`` (Ray tasks; ``pip install
+            'distprompt[ray]'``); does not change the result.
+        ray_address: The Ray cluster for ``engine="ray"``; None starts or joins a local Ray.
+
+    Example:
+        >>> Config(total=100, per_source=None, allocation="sqrt").allocation
+        'sqrt'
+    """
 
     per_source: int | None = 50
     total: int | None = None
-    allocation: str = "proportional"
+    allocation: Allocation = "proportional"
     min_per_source: int = 0
     max_candidates: int = 20000
     seed: int = 0
-    on_error: str = "raise"
-    method: str = "herding"
+    on_error: OnError = "raise"
+    method: Method = "herding"
     max_output_tokens: int | None = None
     # 0.9 also caught prompts that only share a long system prompt (docs/concepts.md)
     near_duplicate: float = 0.95
@@ -36,7 +89,7 @@ class Config:
     # False writes a suite even when the tokenizer checks fail (the verdict is recorded).
     check_tokenizer: bool = True
     glob: str | None = None
-    engine: str = "local"
+    engine: Engine = "local"
     ray_address: str | None = None
 
     def __post_init__(self) -> None:
@@ -86,12 +139,51 @@ class Config:
                 raise ConfigError(
                     f"expected {name} to be {expected}, found {getattr(self, name)!r}"
                 )
-        from distprompt.read.engine import require_engine
-
         require_engine(self.engine)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def resolve(config: Config | None = None, /, **overrides: Any) -> Config:
+    """``config`` (default: ``Config()``) with ``overrides`` applied and validated.
+
+    A ``total`` given without ``per_source`` replaces the ``per_source`` default.
+
+    Raises:
+        ConfigError: An unknown option, or an invalid value.
+
+    Example:
+        >>> resolve(total=100).per_source is None
+        True
+    """
+    known = {f.name for f in fields(Config)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ConfigError(
+            f"expected options among {', '.join(sorted(known))}, found {', '.join(unknown)}"
+        )
+    if overrides.get("total") is not None and "per_source" not in overrides:
+        overrides["per_source"] = None
+    return replace(config if config is not None else Config(), **overrides)
+
+
+def require_engine(engine: str) -> None:
+    """Check that ``engine`` is known and, for ``ray``, installed — before any shard is read.
+
+    Raises:
+        ConfigError: An unknown engine, or ``ray`` without Ray installed.
+
+    Example:
+        >>> require_engine("local")
+    """
+    if engine not in ENGINES:
+        raise ConfigError(f"expected engine to be one of {', '.join(ENGINES)}, found {engine!r}")
+    if engine == "ray" and importlib.util.find_spec("ray") is None:
+        raise ConfigError(
+            "expected Ray for engine 'ray', found it is not installed; install it with "
+            f"{RAY_INSTALL_HINT} (or pip install ray), or use the local engine"
+        )
 
 
 def _is_int(v: object) -> bool:

@@ -1,53 +1,41 @@
 """What is in a corpus, from one streaming pass — before any decision is made.
 
-:func:`inspect_corpus` reuses the suite's pass (:func:`distprompt.read.scan.scan`, with bad rows
-counted and skipped rather than raised), so the figures are the ones an export would see: shards,
-rows and bytes; per source the share of rows and of tokens, exact length quantiles, trained
+:func:`distprompt.inspect_corpus` reuses the suite's pass (:func:`distprompt.read.scan.scan`, with
+bad rows counted and skipped rather than raised), so the figures are the ones an export would see:
+shards, rows and bytes; per source the share of rows and of tokens, exact length quantiles, trained
 assistant turns (runs of 1s in ``loss_mask``), duplicate prompts (exact up to the pool size, a
 k-minimum-values estimate beyond) and every schema anomaly by kind with its first ``shard:line``.
 
 With a tokenizer, the checks of :mod:`distprompt.recover.checks` (``vocabulary``,
-``template_markers``,
-``round_trip``) say whether it is the data's — the same checks, from the same code, as ``export``
-runs; :meth:`CorpusInfo.raise_for_mismatch` raises a :class:`~distprompt.errors.TokenizerError`
-that names the failed check and the rows. Rows with ids outside the vocabulary are bad rows
-(``id_out_of_vocab``), counted and left out of the figures like every other bad row.
+``template_markers``, ``round_trip``) say whether it is the data's — the same checks, from the same
+code, as ``export`` runs; :meth:`CorpusInfo.raise_for_mismatch` raises a
+:class:`~distprompt.errors.TokenizerError` that names the failed check and the rows. Rows with ids
+outside the vocabulary are bad rows (``id_out_of_vocab``), counted and left out of the figures like
+every other bad row.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distprompt.errors import TokenizerError
-from distprompt.read.scan import histogram_quantiles
-from distprompt.recover.checks import (
-    MIN_ROUND_TRIP,
-    MISMATCH_SHARE,
-    ROUND_TRIP_SAMPLE,
-    Check,
-    TokenizerFigures,
-    learn_markers,
-    prepare_checks,
-    run_checks,
-)
+from distprompt.records import Shard, histogram_quantiles
+from distprompt.recover.checks import TokenizerFigures
+from distprompt.write.render import format_table
 
-# The tokenizer checks live in distprompt.recover.checks; they stay importable from here.
+if TYPE_CHECKING:
+    from distprompt.read.scan import Partial
+
 __all__ = [
-    "MIN_ROUND_TRIP",
-    "MISMATCH_SHARE",
     "Anomaly",
-    "Check",
     "CorpusInfo",
     "Quantiles",
     "ShardFigures",
     "SourceFigures",
-    "TokenizerFigures",
-    "inspect_corpus",
-    "learn_markers",
+    "corpus_info",
     "length_quantiles",
 ]
 
@@ -252,101 +240,17 @@ class CorpusInfo:
         return _table(self)
 
 
-# ---------------------------------------------------------------------------------------------
-# the pass
-# ---------------------------------------------------------------------------------------------
-
-
-def inspect_corpus(
-    data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+def corpus_info(
+    part: Partial,
+    shards: Sequence[Shard],
     *,
-    tokenizer: Any = None,
-    workers: int = 1,
-    engine: str = "local",
-    ray_address: str | None = None,
-    progress: bool = False,
-    round_trip_sample: int = ROUND_TRIP_SAMPLE,
-    max_candidates: int = 4096,
-    seed: int = 0,
-    glob: str | None = None,
+    ignored: Any,
+    tokenizer: TokenizerFigures | None,
+    round_trips: Mapping[str, tuple[int, int, str | None]],
 ) -> CorpusInfo:
-    """Figures of a corpus from one streaming pass, and (with a tokenizer) whether it matches.
-
-    Bad rows never stop the pass: they are counted by kind with their first ``shard:line``.
-    Memory is bounded by ``max_candidates`` prompts per source (the pool that counts distinct
-    prompts and provides the round-trip sample) and by the number of distinct lengths.
-
-    Args:
-        data: A directory (searched recursively), a glob, a shard file, or a list of those.
-        tokenizer: Local tokenizer folder, ``tokenizer.json``, hub id or loaded tokenizer; None
-            skips the tokenizer checks.
-        workers: Processes reading shards in parallel (does not change the result).
-        engine: ``local`` or ``ray`` (see :func:`distprompt.build_suite`).
-        ray_address: The Ray cluster for ``engine="ray"``; None starts or joins a local Ray.
-        progress: Progress bar on stderr.
-        round_trip_sample: Prompts per source decoded and re-encoded for the round-trip rate.
-        max_candidates: Unique prompts kept per source; distinct counts are exact up to it.
-        seed: Selects which uniform sample of prompts is kept.
-        glob: Which files of each DATA folder are shards (a pattern relative to the folder,
-            e.g. ``"*/tokenized_data.jsonl"``); by default the ``tokenized_data.*`` files when
-            the folder holds any, else every ``*.jsonl*`` file.
-
-    Returns:
-        The :class:`CorpusInfo`; a failed tokenizer check is in ``info.mismatch`` (call
-        :meth:`CorpusInfo.raise_for_mismatch` to turn it into an error).
-
-    Raises:
-        InputError: DATA has no readable shard.
-        TokenizerError: The tokenizer cannot be loaded.
-
-    Example:
-        >>> from distprompt import inspect_corpus
-        >>> info = inspect_corpus("data_samples/prepared")  # doctest: +SKIP
-        >>> info.sources["glaive"].prompt_tokens.p50  # doctest: +SKIP
-        256
-    """
-    from distprompt.read.engine import require_engine
-    from distprompt.read.scan import scan
-    from distprompt.read.shards import find_shards
-    from distprompt.recover.decode import load_tokenizer
-
-    require_engine(engine)
-    found = find_shards(data, glob=glob)
-    shards = found.shards
-    tok = tinfo = checks = None
-    if tokenizer is not None:
-        tok, tinfo = load_tokenizer(tokenizer)
-        checks = prepare_checks(tok, tinfo.vocab_size)
-    part = scan(
-        shards,
-        max_candidates=max_candidates,
-        seed=seed,
-        skip_bad_rows=True,
-        vocab_size=checks.vocab_size if checks else None,
-        tokenizer_name=tinfo.name if tinfo else "",
-        workers=workers,
-        progress=progress,
-        check=checks.row_check if checks else None,
-        engine=engine,
-        ray_address=ray_address,
-    )
-    for name, why in sorted(part.failed.items()):
-        logger.warning("%s: left out: %s", name, why)
+    """The :class:`CorpusInfo` of a finished pass (:func:`distprompt.inspect_corpus` wires it)."""
     total_rows = sum(st.rows for st in part.stats.values())
     total_tokens = sum(_weighted_sum(st.seq_lengths) for st in part.stats.values())
-    round_trips: dict[str, tuple[int, int, str | None]] = {}
-    tfig = None
-    if checks is not None and tinfo is not None:
-        tfig, round_trips = run_checks(
-            checks,
-            part,
-            tok,
-            tinfo.name,
-            has_chat_template=tinfo.has_chat_template,
-            shards=shards,
-            seed=seed,
-            round_trip_sample=round_trip_sample,
-        )
     sources: dict[str, SourceFigures] = {}
     for src in sorted(part.stats):
         st = part.stats[src]
@@ -387,8 +291,8 @@ def inspect_corpus(
         bytes=sum(s.size for s in shards),
         sources=sources,
         anomalies=dict(sorted(anomalies.items())),
-        tokenizer=tfig,
-        ignored=found.ignored,
+        tokenizer=tokenizer,
+        ignored=ignored,
     )
 
 
@@ -424,18 +328,6 @@ def _human_bytes(n: int) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1000
     return f"{n} B"
-
-
-def format_table(rows: Sequence[Sequence[str]]) -> list[str]:
-    """Terminal table lines: first column left-aligned, the others right-aligned."""
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return [
-        "  ".join(
-            c.ljust(w) if i == 0 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(r, widths, strict=True))
-        )
-        for r in rows
-    ]
 
 
 def _q(q: Quantiles | None) -> list[str]:

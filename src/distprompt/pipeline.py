@@ -1,4 +1,9 @@
-"""The only module that wires the stages together: shards → pass → quotas → select → items."""
+"""The only module that wires the stages together, for both commands.
+
+``inspect``: shards → pass + tokenizer checks → :class:`~distprompt.corpus.CorpusInfo`.
+``export``: the same pass and checks → quotas → features → selection → items → report →
+:class:`~distprompt.write.suite.Suite` (saved by :func:`export_suite`).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import os
 import platform
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,18 +23,26 @@ from distprompt._version import __version__
 from distprompt.choose.select import select
 from distprompt.choose.stratify import Quota, allocate
 from distprompt.choose.vectorize import vectorize
-from distprompt.config import Config
+from distprompt.config import Config, resolve
+from distprompt.corpus import CorpusInfo, corpus_info
 from distprompt.errors import InputError, TokenizerError
-from distprompt.read.scan import Partial, SourceStats, histogram_quantiles, load_candidates, scan
-from distprompt.read.shards import Shard, find_shards
-from distprompt.records import Candidate, SuiteItem
-from distprompt.recover.checks import TokenizerFigures, prepare_checks, run_checks
+from distprompt.read.scan import Partial, load_candidates, scan
+from distprompt.read.shards import ShardSet, find_shards
+from distprompt.records import Candidate, Shard, SourceStats, SuiteItem, histogram_quantiles
+from distprompt.recover.checks import (
+    ROUND_TRIP_SAMPLE,
+    TokenizerFigures,
+    prepare_checks,
+    run_checks,
+)
 from distprompt.recover.decode import TokenizerInfo, decode, load_tokenizer
+from distprompt.write.formats import FORMATS, checked_formats
 from distprompt.write.metrics import SourceEvidence, measure_source
+from distprompt.write.out_dir import check_out_dir
 from distprompt.write.report import build_report
 from distprompt.write.suite import Suite
 
-__all__ = ["build_suite", "item_id"]
+__all__ = ["build_suite", "export_suite", "inspect_corpus", "item_id"]
 
 logger = logging.getLogger("distprompt.pipeline")
 
@@ -53,56 +67,23 @@ def build_suite(
     data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     tokenizer: Any,
-    per_source: int | None = 50,
-    total: int | None = None,
-    allocation: str = "proportional",
-    min_per_source: int = 0,
-    max_candidates: int = 20000,
-    seed: int = 0,
-    on_error: str = "raise",
-    method: str = "herding",
-    max_output_tokens: int | None = None,
-    near_duplicate: float = 0.95,
-    workers: int = 1,
-    engine: str = "local",
-    ray_address: str | None = None,
-    recover_turns: bool = True,
-    check_tokenizer: bool = True,
-    glob: str | None = None,
+    config: Config | None = None,
     progress: bool = False,
     warn: Callable[[str], None] | None = None,
+    **overrides: Any,
 ) -> Suite:
     """Build a representative, provenance-stamped prompt suite from tokenized shards.
 
     Args:
         data: A directory (searched recursively), a glob, a shard file, or a list of those.
         tokenizer: Local tokenizer folder, ``tokenizer.json``, hub id, or a loaded tokenizer.
-        per_source: Items from every source. Ignored (set to None) when ``total`` is given.
-        total: Total items, split between sources by ``allocation``.
-        allocation: ``proportional`` (to rows), ``sqrt`` or ``equal``; with ``total``.
-        min_per_source: Floor per source; with ``total``.
-        max_candidates: Unique prompts kept per source for selection (bounds memory).
-        seed: Seeds every random choice; same input and seed give byte-identical output.
-        on_error: ``raise`` at the first bad row, or ``skip`` bad rows and count them by reason.
-        method: ``herding`` (default), ``kmedoids`` or ``random``.
-        max_output_tokens: Cap on each item's ``max_tokens``.
-        near_duplicate: TF-IDF cosine at which two prompts count as near-duplicates.
-        workers: Processes reading shards in parallel (does not change the result).
-        engine: ``local`` (this machine) or ``ray`` (Ray tasks, one per shard; needs
-            ``pip install 'distprompt[ray]'``); does not change the result.
-        ray_address: The Ray cluster for ``engine="ray"``; None starts or joins a Ray on this
-            machine (see :func:`distprompt.read.engine.connect_ray`).
-        recover_turns: Recover chat ``messages`` and check fidelity (needs a chat template).
-        check_tokenizer: Refuse a tokenizer that fails the checks ``inspect`` runs
-            (``vocabulary``, ``template_markers``, ``round_trip``; see
-            :mod:`distprompt.recover.checks`).
-            False builds the suite anyway and records the failed verdict in the manifest
-            (``tokenizer_check``), on top of ``RUN.md`` and in the report's summary.
-        glob: Which files of each DATA folder are shards (see
-            :func:`distprompt.read.shards.find_shards`); by default the ``tokenized_data.*`` files
-            when the folder holds any, else every ``*.jsonl*`` file.
+        config: The options (a :class:`~distprompt.config.Config`; default: its defaults).
         progress: Show progress bars on stderr.
         warn: Called with each warning as it arises (the CLI prints them).
+        **overrides: Options replacing those of ``config`` (any field of
+            :class:`~distprompt.config.Config`: ``per_source``, ``total``, ``allocation``,
+            ``method``, ``seed``, ``on_error``, ``lsa_dims``, ``length_weight`` …); a ``total``
+            without ``per_source`` replaces the ``per_source`` default.
 
     Returns:
         The :class:`Suite`.
@@ -120,26 +101,7 @@ def build_suite(
         >>> suite = build_suite("prepared/", tokenizer="tok/", per_source=5)  # doctest: +SKIP
         >>> suite.save("out")  # doctest: +SKIP
     """
-    if total is not None:
-        per_source = None
-    config = Config(
-        per_source=per_source,
-        total=total,
-        allocation=allocation,
-        min_per_source=min_per_source,
-        max_candidates=max_candidates,
-        seed=seed,
-        on_error=on_error,
-        method=method,
-        max_output_tokens=max_output_tokens,
-        near_duplicate=near_duplicate,
-        workers=workers,
-        recover_turns=recover_turns,
-        check_tokenizer=check_tokenizer,
-        glob=glob,
-        engine=engine,
-        ray_address=ray_address,
-    )
+    config = resolve(config, **overrides)
     warnings: list[str] = []
 
     def _warn(msg: str) -> None:
@@ -148,42 +110,21 @@ def build_suite(
         if warn is not None:
             warn(msg)
 
-    tok, tinfo = load_tokenizer(tokenizer)
-    found = find_shards(data, warn=_warn, glob=config.glob)
-    shards = found.shards
-    # The row checks need the template's markers, so the tokenizer is loaded before the pass.
-    # On a large corpus the pass runs in a worker process while this one imports what
-    # selection and the report need.
-    checks = prepare_checks(tok, tinfo.vocab_size)
-    skip = config.on_error == "skip"
-    big = sum(s.size for s in shards) >= _OVERLAP_BYTES
-    part = scan(
-        shards,
-        max_candidates=config.max_candidates,
-        seed=config.seed,
-        skip_bad_rows=skip,
-        vocab_size=checks.vocab_size,
-        tokenizer_name=tinfo.name,
-        workers=config.workers,
+    run = _run_pass(
+        data,
+        tokenizer,
+        config,
+        skip_bad_rows=config.on_error == "skip",
         progress=progress,
-        check=checks.row_check,
-        processes=big or None,
-        on_started=_start_warm_imports if big else None,
-        engine=config.engine,
-        ray_address=config.ray_address,
+        warn=_warn,
+        left_out="left out (--on-error skip)",
+        overlap=True,
+        need_tokenizer=True,
     )
-    for name, why in sorted(part.failed.items()):
-        _warn(f"{name}: left out (--on-error skip): {why}")
-    # The checks inspect runs, on this pass (the round trip samples the candidate pools).
-    verdict, _ = run_checks(
-        checks,
-        part,
-        tok,
-        tinfo.name,
-        has_chat_template=tinfo.has_chat_template,
-        shards=shards,
-        seed=config.seed,
-    )
+    tok, tinfo, found, part = run.tok, run.tinfo, run.found, run.part
+    verdict = run.verdict
+    assert tinfo is not None and verdict is not None  # need_tokenizer
+    shards = found.shards
     if verdict.mismatch is not None:
         if config.check_tokenizer:
             raise TokenizerError(
@@ -279,6 +220,206 @@ def build_suite(
     return Suite(items, manifest, report=report)
 
 
+def export_suite(
+    data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    *,
+    tokenizer: Any,
+    config: Config | None = None,
+    formats: Sequence[str] | None = None,
+    overwrite: bool = False,
+    temperature: float = 0.0,
+    ignore_eos: bool = False,
+    progress: bool = False,
+    warn: Callable[[str], None] | None = None,
+    **overrides: Any,
+) -> Suite:
+    """:func:`build_suite` and :meth:`Suite.save` in one call, what ``distprompt export`` runs.
+
+    The formats and the output folder are checked before any shard is read, so a typo or an
+    occupied ``out`` fails in a second, not after the pass.
+
+    Args:
+        data: As for :func:`build_suite`.
+        out: Output folder.
+        tokenizer: As for :func:`build_suite`.
+        config: As for :func:`build_suite`.
+        formats: Client formats to write (default: all, see
+            :data:`distprompt.write.formats.FORMATS`).
+        overwrite: Replace ``out`` when it holds a previous distprompt output.
+        temperature: Sampling temperature set in every client file and command.
+        ignore_eos: Ask the clients to generate ``max_tokens`` past EOS (forced lengths).
+        progress: Show progress bars on stderr.
+        warn: Called with each warning as it arises.
+        **overrides: As for :func:`build_suite`.
+
+    Returns:
+        The saved :class:`Suite` (:meth:`Suite.summary` says what was written).
+
+    Raises:
+        ConfigError: Invalid options or formats (before any shard is read).
+        OutputError: ``out`` is occupied or cannot be written (checked before the pass).
+        InputError, DataError, TokenizerError: As for :func:`build_suite`.
+
+    Example:
+        >>> from distprompt import export_suite
+        >>> export_suite("prepared/", "out/", tokenizer="tok/", per_source=5)  # doctest: +SKIP
+    """
+    config = resolve(config, **overrides)
+    fmts = checked_formats(FORMATS if formats is None else formats)
+    check_out_dir(Path(out), overwrite=overwrite)
+    suite = build_suite(data, tokenizer=tokenizer, config=config, progress=progress, warn=warn)
+    suite.save(
+        out, formats=fmts, overwrite=overwrite, temperature=temperature, ignore_eos=ignore_eos
+    )
+    return suite
+
+
+#: What ``inspect`` keeps per source by default: enough for exact distinct counts on most
+#: sources and a round-trip sample, less memory than a build's pool.
+INSPECT_MAX_CANDIDATES = 4096
+
+
+def inspect_corpus(
+    data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    tokenizer: Any = None,
+    config: Config | None = None,
+    progress: bool = False,
+    round_trip_sample: int = ROUND_TRIP_SAMPLE,
+    **overrides: Any,
+) -> CorpusInfo:
+    """Figures of a corpus from one streaming pass, and (with a tokenizer) whether it matches.
+
+    Bad rows never stop the pass: they are counted by kind with their first ``shard:line``.
+    Memory is bounded by ``max_candidates`` prompts per source (the pool that counts distinct
+    prompts and provides the round-trip sample) and by the number of distinct lengths.
+
+    Args:
+        data: A directory (searched recursively), a glob, a shard file, or a list of those.
+        tokenizer: Local tokenizer folder, ``tokenizer.json``, hub id or loaded tokenizer; None
+            skips the tokenizer checks.
+        config: The options (a :class:`~distprompt.config.Config`); what the pass uses of it:
+            ``workers``, ``engine``, ``ray_address``, ``glob``, ``seed`` (which uniform sample of
+            prompts is kept) and ``max_candidates`` (unique prompts kept per source; distinct
+            counts are exact up to it). Default: ``Config(max_candidates=4096)``.
+        progress: Progress bar on stderr.
+        round_trip_sample: Prompts per source decoded and re-encoded for the round-trip rate.
+        **overrides: Options replacing those of ``config``.
+
+    Returns:
+        The :class:`~distprompt.corpus.CorpusInfo`; a failed tokenizer check is in
+        ``info.mismatch`` (call :meth:`~distprompt.corpus.CorpusInfo.raise_for_mismatch` to
+        turn it into an error).
+
+    Raises:
+        InputError: DATA has no readable shard.
+        TokenizerError: The tokenizer cannot be loaded.
+
+    Example:
+        >>> from distprompt import inspect_corpus
+        >>> info = inspect_corpus("data_samples/prepared")  # doctest: +SKIP
+        >>> info.sources["glaive"].prompt_tokens.p50  # doctest: +SKIP
+        256
+    """
+    config = resolve(
+        config if config is not None else Config(max_candidates=INSPECT_MAX_CANDIDATES),
+        **overrides,
+    )
+    run = _run_pass(
+        data,
+        tokenizer,
+        config,
+        skip_bad_rows=True,
+        progress=progress,
+        warn=None,
+        left_out="left out",
+        overlap=False,
+        round_trip_sample=round_trip_sample,
+    )
+    return corpus_info(
+        run.part,
+        run.found.shards,
+        ignored=run.found.ignored,
+        tokenizer=run.verdict,
+        round_trips=run.round_trips,
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Pass:
+    """The pass over DATA and the tokenizer checks on it, shared by both commands."""
+
+    tok: Any
+    tinfo: TokenizerInfo | None
+    found: ShardSet
+    part: Partial
+    verdict: TokenizerFigures | None
+    round_trips: dict[str, tuple[int, int, str | None]]
+
+
+def _run_pass(
+    data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    tokenizer: Any,
+    config: Config,
+    *,
+    skip_bad_rows: bool,
+    progress: bool,
+    warn: Callable[[str], None] | None,
+    left_out: str,
+    overlap: bool,
+    need_tokenizer: bool = False,
+    round_trip_sample: int = ROUND_TRIP_SAMPLE,
+) -> _Pass:
+    """Find the shards, run the one pass with the row checks, then the tokenizer checks.
+
+    The row checks need the template's markers, so the tokenizer is loaded before the pass.
+    With ``overlap``, on a large corpus the pass runs in a worker process while this one
+    imports what selection and the report need.
+    """
+    tok = tinfo = checks = None
+    if tokenizer is not None or need_tokenizer:
+        tok, tinfo = load_tokenizer(tokenizer)
+    found = find_shards(data, warn=warn, glob=config.glob)
+    shards = found.shards
+    if tok is not None and tinfo is not None:
+        checks = prepare_checks(tok, tinfo.vocab_size)
+    big = overlap and sum(s.size for s in shards) >= _OVERLAP_BYTES
+    part = scan(
+        shards,
+        max_candidates=config.max_candidates,
+        seed=config.seed,
+        skip_bad_rows=skip_bad_rows,
+        vocab_size=checks.vocab_size if checks else None,
+        tokenizer_name=tinfo.name if tinfo else "",
+        workers=config.workers,
+        progress=progress,
+        check=checks.row_check if checks else None,
+        processes=big or None,
+        on_started=_start_warm_imports if big else None,
+        engine=config.engine,
+        ray_address=config.ray_address,
+    )
+    say = warn if warn is not None else (lambda msg: logger.warning("%s", msg))
+    for name, why in sorted(part.failed.items()):
+        say(f"{name}: {left_out}: {why}")
+    verdict = None
+    round_trips: dict[str, tuple[int, int, str | None]] = {}
+    if checks is not None and tinfo is not None:
+        # The round trip samples the candidate pools.
+        verdict, round_trips = run_checks(
+            checks,
+            part,
+            tok,
+            tinfo.name,
+            has_chat_template=tinfo.has_chat_template,
+            shards=shards,
+            seed=config.seed,
+            round_trip_sample=round_trip_sample,
+        )
+    return _Pass(tok, tinfo, found, part, verdict, round_trips)
+
+
 def _one_thread() -> Any:
     """BLAS and OpenMP on one thread for selection: its matrices are small, and on a machine
     whose cores are busy (other work, the pass's workers) extra BLAS threads spin against each
@@ -355,7 +496,7 @@ def _learn_profile(tok: Any, tinfo: TokenizerInfo, warn: Callable[[str], None]) 
         warn(f"tokenizer {tinfo.name!r} has no chat template: messages are not recovered")
         return None
     from distprompt.errors import TemplateError
-    from distprompt.recover.turns import learn_template
+    from distprompt.recover.template import learn_template
 
     try:
         return learn_template(tok)

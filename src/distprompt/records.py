@@ -1,8 +1,16 @@
-"""Typed records passed between pipeline stages. Dicts appear only at the JSON edges."""
+"""Typed records passed between pipeline stages. Dicts appear only at the JSON edges.
+
+The pass hands on per-source :class:`SourceStats` (exact, mergeable histograms, read with
+:func:`histogram_quantiles`) and :class:`Candidate` pools; the output side reads them from here,
+not from the reader.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -10,12 +18,39 @@ import numpy as np
 __all__ = [
     "FEATURE_HEAD",
     "FEATURE_TAIL",
+    "SHARD_SUFFIXES",
+    "UNSUPPORTED_SUFFIXES",
     "Candidate",
     "Provenance",
     "Row",
+    "Shard",
+    "SourceStats",
     "SuiteItem",
     "feature_window",
+    "histogram_quantiles",
+    "is_shard_file",
 ]
+
+
+SHARD_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
+#: Suffixes of compressions distprompt does not read: named explicitly, they are refused clearly
+#: instead of being parsed as garbage.
+UNSUPPORTED_SUFFIXES = (".bz2", ".xz", ".lz4", ".zip", ".7z", ".br", ".snappy", ".lzma", ".tar")
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """A shard file and the name provenance uses for it."""
+
+    path: Path
+    name: str  # relative to DATA, with "/"
+    size: int
+    url: str | None = None  # an fsspec URL (s3://…) that is read instead of path (see remote.py)
+
+
+def is_shard_file(p: Path) -> bool:
+    """Whether ``p`` is named like a shard (``*.jsonl``, ``*.jsonl.gz``, ``*.jsonl.zst``)."""
+    return p.name.endswith(SHARD_SUFFIXES)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -230,3 +265,47 @@ class SuiteItem:
             chat_template_kwargs=d.get("chat_template_kwargs"),
             structure=d.get("structure"),
         )
+
+
+@dataclass(slots=True)
+class SourceStats:
+    """Per-source counters and length histograms (exact, mergeable)."""
+
+    rows: int = 0
+    prompt_tokens: int = 0
+    response_tokens: int = 0
+    prompt_lengths: Counter[int] = field(default_factory=Counter)
+    response_lengths: Counter[int] = field(default_factory=Counter)
+    seq_lengths: Counter[int] = field(default_factory=Counter)
+    trained_turns: Counter[int] = field(default_factory=Counter)
+    flags: Counter[str] = field(default_factory=Counter)  # valid rows flagged, by reason
+
+    def merge(self, other: SourceStats) -> SourceStats:
+        self.rows += other.rows
+        self.prompt_tokens += other.prompt_tokens
+        self.response_tokens += other.response_tokens
+        self.prompt_lengths.update(other.prompt_lengths)
+        self.response_lengths.update(other.response_lengths)
+        self.seq_lengths.update(other.seq_lengths)
+        self.trained_turns.update(other.trained_turns)
+        self.flags.update(other.flags)
+        return self
+
+
+def histogram_quantiles(counts: Mapping[int, int], ps: Sequence[float]) -> list[int]:
+    """Exact quantiles of a length histogram: for each ``p``, the smallest value ``v`` with at
+    least ``p`` of the mass at or below ``v`` (``p = 0`` gives the minimum). Empty: ``[]``.
+
+    Example:
+        >>> histogram_quantiles({n: 1 for n in range(1, 101)}, [0, 0.5, 0.9, 1])
+        [1, 50, 90, 100]
+    """
+    items = sorted((int(k), int(v)) for k, v in counts.items() if v > 0)
+    if not items:
+        return []
+    vals = np.array([k for k, _ in items], dtype=np.int64)
+    cum = np.cumsum([v for _, v in items])
+    n = int(cum[-1])
+    # round() first: 0.9 * 100 is 90.00000000000001 in floats, whose ceil would skip a rank.
+    ranks = [max(1, int(np.ceil(round(p * n, 9)))) for p in ps]
+    return [int(vals[i]) for i in np.searchsorted(cum, ranks)]

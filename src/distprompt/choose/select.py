@@ -23,13 +23,13 @@ import numpy as np
 
 from distprompt.choose.cluster import assign, kmeans_medoids, sq_distances
 from distprompt.choose.vectorize import Features
+from distprompt.config import METHODS
 from distprompt.errors import ConfigError
 
-__all__ = ["METHODS", "Selection", "herding", "select"]
+__all__ = ["Selection", "herding", "select"]
 
 logger = logging.getLogger("distprompt.choose.select")
 
-METHODS = ("herding", "kmedoids", "random")
 _MAX_EXACT = 4000  # pool size up to which the mean embedding is computed exactly
 _LANDMARKS = 2000  # landmarks of the mean embedding beyond that
 

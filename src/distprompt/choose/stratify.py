@@ -14,11 +14,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from distprompt.config import ALLOCATIONS
 from distprompt.errors import ConfigError
 
-__all__ = ["ALLOCATIONS", "Quota", "allocate", "largest_remainder"]
-
-ALLOCATIONS = ("proportional", "sqrt", "equal")
+__all__ = ["Quota", "allocate", "largest_remainder"]
 
 
 @dataclass(frozen=True, slots=True)

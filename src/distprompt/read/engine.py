@@ -1,4 +1,5 @@
-"""Where the pass runs: in this process (or a local process pool), or as tasks on a Ray cluster.
+"""Where the pass runs: in this process, a local process pool (:func:`process_map`), or as
+tasks on a Ray cluster (:func:`ray_map`).
 
 The pass is a map of one picklable function over work units (a shard, or a byte range of one),
 each returning a mergeable :class:`~distprompt.read.scan.Partial`; the driver merges the partials
@@ -22,33 +23,30 @@ module import time.
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
 import logging
 import os
+import signal
 import sys
 import tempfile
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from distprompt.errors import ConfigError
+from distprompt.config import require_engine
 
 __all__ = [
-    "ENGINES",
     "MAX_RETRIES",
-    "RAY_INSTALL_HINT",
     "UnitFailure",
     "connect_ray",
+    "process_map",
     "ray_map",
     "ray_unit_bytes",
-    "require_engine",
 ]
 
 logger = logging.getLogger("distprompt.read.engine")
 
-ENGINES = ("local", "ray")
-RAY_INSTALL_HINT = "pip install 'distprompt[ray]'"
 #: Ray retries of a task whose worker died or that raised an OSError (Ray's own default is 3).
 MAX_RETRIES = 3
 
@@ -71,22 +69,37 @@ class UnitFailure:
     reason: str
 
 
-def require_engine(engine: str) -> None:
-    """Check that ``engine`` is known and, for ``ray``, installed — before any shard is read.
+@contextlib.contextmanager
+def process_map(fn: Callable[[T], R], args: Sequence[T], *, workers: int) -> Iterator[Iterator[R]]:
+    """``fn`` over ``args`` in ``workers`` local processes; results in the order of ``args``.
 
-    Raises:
-        ConfigError: An unknown engine, or ``ray`` without Ray installed.
+    Ctrl-C is handled by this process only (the workers ignore SIGINT, so they do not each
+    print a traceback); on an error or an interruption in the ``with`` body the queued work is
+    cancelled and the workers are terminated rather than left to finish.
 
     Example:
-        >>> require_engine("local")
+        >>> with process_map(abs, [-1, 2], workers=1) as results:  # doctest: +SKIP
+        ...     list(results)
+        [1, 2]
     """
-    if engine not in ENGINES:
-        raise ConfigError(f"expected engine to be one of {', '.join(ENGINES)}, found {engine!r}")
-    if engine == "ray" and importlib.util.find_spec("ray") is None:
-        raise ConfigError(
-            "expected Ray for engine 'ray', found it is not installed; install it with "
-            f"{RAY_INSTALL_HINT} (or pip install ray), or use the local engine"
-        )
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint) as ex:
+        try:
+            yield ex.map(fn, args)
+        except BaseException:
+            # shutdown() would wait for every running unit to finish; the result is not wanted.
+            ex.shutdown(wait=False, cancel_futures=True)
+            procs = getattr(ex, "_processes", None) or {}  # private, but the only handle
+            for proc in list(procs.values()):
+                proc.terminate()
+            raise
+
+
+def _ignore_sigint() -> None:
+    # Ctrl-C reaches the whole process group: only the parent handles it (and stops the workers),
+    # so workers do not each print a KeyboardInterrupt traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def connect_ray(address: str | None = None) -> Any:

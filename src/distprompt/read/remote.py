@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from distprompt.errors import InputError
+from distprompt.records import UNSUPPORTED_SUFFIXES, Shard, is_shard_file
 
 __all__ = ["discover_urls", "is_url", "open_url"]
 
@@ -82,7 +83,7 @@ def open_url(url: str) -> IO[bytes]:
         ) from exc
 
 
-def discover_urls(specs: Sequence[str], *, warn: Callable[[str], None]) -> list[Any]:
+def discover_urls(specs: Sequence[str], *, warn: Callable[[str], None]) -> list[Shard]:
     """The shards of DATA when some input is a URL (local paths among them are read as
     ``file://``); sorted by name, as :func:`distprompt.read.shards.discover_shards` returns them.
 
@@ -90,8 +91,6 @@ def discover_urls(specs: Sequence[str], *, warn: Callable[[str], None]) -> list[
         InputError: A backend is missing, nothing is at a URL, inputs mix filesystems, or no
             shard matches.
     """
-    from distprompt.read.shards import Shard
-
     urls = [spec if is_url(spec) else Path(spec).absolute().as_uri() for spec in specs]
     systems = [_filesystem(url)[0] for url in urls]
     protocols = {fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0] for fs in systems}
@@ -120,15 +119,13 @@ def discover_urls(specs: Sequence[str], *, warn: Callable[[str], None]) -> list[
 
 
 def _discover_one(url: str, *, warn: Callable[[str], None]) -> list[tuple[str, str, int]]:
-    from distprompt.read.shards import _UNSUPPORTED_SUFFIXES, _is_shard
-
     fs, path = _filesystem(url)
     path = path.rstrip("/") or path
 
     def below(top: str, root: str) -> list[tuple[str, str, int]]:
         out = []
         for p, info in sorted(fs.find(top, detail=True).items()):
-            if info.get("type") != "directory" and _is_shard(Path(p)):
+            if info.get("type") != "directory" and is_shard_file(Path(p)):
                 out.append((p, posixpath.relpath(p, root), int(info.get("size") or 0)))
         if not out:
             warn(f"{url}: a folder without any *.jsonl, *.jsonl.gz or *.jsonl.zst shard, ignored")
@@ -146,14 +143,14 @@ def _discover_one(url: str, *, warn: Callable[[str], None]) -> list[tuple[str, s
             for p, info in sorted(fs.glob(path, detail=True).items()):
                 if info.get("type") == "directory":
                     out.extend(below(p, root))
-                elif _is_shard(Path(p)):
+                elif is_shard_file(Path(p)):
                     out.append((p, posixpath.relpath(p, root), int(info.get("size") or 0)))
             return out
         if fs.isdir(path):
             return below(path, path)
         if fs.isfile(path):
             low = path.lower()
-            for suffix in _UNSUPPORTED_SUFFIXES:
+            for suffix in UNSUPPORTED_SUFFIXES:
                 if low.endswith(suffix):
                     raise InputError(
                         f"{url}: expected a .jsonl, .jsonl.gz or .jsonl.zst shard, found a "

@@ -14,9 +14,8 @@ import functools
 import hashlib
 import heapq
 import logging
-import signal
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -24,15 +23,13 @@ import numpy as np
 
 from distprompt.errors import CorruptStreamError, DataError, InputError, TokenizerError
 from distprompt.read.fastrow import FullView, RowView, read_row
-from distprompt.read.shards import DEFAULT_MAX_LINE_BYTES, Shard, iter_rows, open_shard, split_shard
-from distprompt.read.validate import parse_row
-from distprompt.records import Candidate, Row, feature_window
+from distprompt.read.shards import iter_rows, open_shard, split_shard
+from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES, parse_row
+from distprompt.records import Candidate, Row, Shard, SourceStats, feature_window
 
 __all__ = [
     "BottomK",
     "Partial",
-    "SourceStats",
-    "histogram_quantiles",
     "load_candidates",
     "prompt_key",
     "scan",
@@ -50,25 +47,6 @@ def prompt_key(prompt_ids: np.ndarray, *, seed: int = 0) -> int:
         key=seed.to_bytes(8, "little", signed=False),
     )
     return int.from_bytes(h.digest(), "little")
-
-
-def histogram_quantiles(counts: Mapping[int, int], ps: Sequence[float]) -> list[int]:
-    """Exact quantiles of a length histogram: for each ``p``, the smallest value ``v`` with at
-    least ``p`` of the mass at or below ``v`` (``p = 0`` gives the minimum). Empty: ``[]``.
-
-    Example:
-        >>> histogram_quantiles({n: 1 for n in range(1, 101)}, [0, 0.5, 0.9, 1])
-        [1, 50, 90, 100]
-    """
-    items = sorted((int(k), int(v)) for k, v in counts.items() if v > 0)
-    if not items:
-        return []
-    vals = np.array([k for k, _ in items], dtype=np.int64)
-    cum = np.cumsum([v for _, v in items])
-    n = int(cum[-1])
-    # round() first: 0.9 * 100 is 90.00000000000001 in floats, whose ceil would skip a rank.
-    ranks = [max(1, int(np.ceil(round(p * n, 9)))) for p in ps]
-    return [int(vals[i]) for i in np.searchsorted(cum, ranks)]
 
 
 def _compact(ids: np.ndarray) -> np.ndarray:
@@ -144,31 +122,6 @@ class BottomK:
             return n, True
         kth = -self._heap[0]
         return round((n - 1) * _TWO64 / (kth + 1)), False
-
-
-@dataclass(slots=True)
-class SourceStats:
-    """Per-source counters and length histograms (exact, mergeable)."""
-
-    rows: int = 0
-    prompt_tokens: int = 0
-    response_tokens: int = 0
-    prompt_lengths: Counter[int] = field(default_factory=Counter)
-    response_lengths: Counter[int] = field(default_factory=Counter)
-    seq_lengths: Counter[int] = field(default_factory=Counter)
-    trained_turns: Counter[int] = field(default_factory=Counter)
-    flags: Counter[str] = field(default_factory=Counter)  # valid rows flagged, by reason
-
-    def merge(self, other: SourceStats) -> SourceStats:
-        self.rows += other.rows
-        self.prompt_tokens += other.prompt_tokens
-        self.response_tokens += other.response_tokens
-        self.prompt_lengths.update(other.prompt_lengths)
-        self.response_lengths.update(other.response_lengths)
-        self.seq_lengths.update(other.seq_lengths)
-        self.trained_turns.update(other.trained_turns)
-        self.flags.update(other.flags)
-        return self
 
 
 @dataclass(slots=True)
@@ -480,25 +433,6 @@ def _rebase_error(exc: Exception, shard: str, base: int) -> Exception:
     return exc
 
 
-def _ignore_sigint() -> None:
-    # Ctrl-C reaches the whole process group: only the parent handles it (and stops the workers),
-    # so workers do not each print a KeyboardInterrupt traceback.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-@contextlib.contextmanager
-def _stop_workers_on_error(ex: Any) -> Iterator[None]:
-    try:
-        yield
-    except BaseException:
-        # shutdown() would wait for every running shard to finish; the result is not wanted.
-        ex.shutdown(wait=False, cancel_futures=True)
-        procs = getattr(ex, "_processes", None) or {}  # private, but the only handle
-        for proc in list(procs.values()):
-            proc.terminate()
-        raise
-
-
 #: With several workers, plain shards larger than this are split into byte ranges.
 UNIT_BYTES = 32 << 20
 
@@ -599,13 +533,9 @@ def scan(
                 on_started=on_started,
             )
         elif use_processes:
-            from concurrent.futures import ProcessPoolExecutor
+            from distprompt.read.engine import process_map
 
-            with (
-                ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint) as ex,
-                _stop_workers_on_error(ex),
-            ):
-                results = ex.map(_scan_star, [(u, kwargs) for u in work])
+            with process_map(_scan_star, [(u, kwargs) for u in work], workers=workers) as results:
                 if on_started is not None:
                     on_started()
                 for unit, got in zip(work, results, strict=True):

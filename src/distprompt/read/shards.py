@@ -36,7 +36,6 @@ from __future__ import annotations
 import errno
 import glob as globlib
 import gzip
-import io
 import logging
 import os
 import re
@@ -47,48 +46,27 @@ from pathlib import Path
 from typing import IO, Any
 
 from distprompt.errors import CorruptStreamError, DataError, InputError
-from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES, REQUIRED_KEYS, parse_row
+from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES, parse_row
+from distprompt.read.zstd import check_whole, open_zstd
+from distprompt.records import SHARD_SUFFIXES, UNSUPPORTED_SUFFIXES, Shard, is_shard_file
 
 __all__ = [
-    "DEFAULT_MAX_LINE_BYTES",
-    "REQUIRED_KEYS",
     "SHARD_NAMES",
-    "SHARD_SUFFIXES",
-    "Shard",
     "ShardSet",
     "discover_shards",
     "find_shards",
     "iter_lines",
     "iter_rows",
     "open_shard",
-    "parse_row",
     "split_shard",
 ]
 
 logger = logging.getLogger("distprompt.read.shards")
 
-SHARD_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
 #: File names of the shards a prepared dataset folder holds: only these are read when present.
 SHARD_NAMES = tuple(f"tokenized_data{s}" for s in SHARD_SUFFIXES)
 _READ_CHUNK = 1 << 20
-#: Suffixes of compressions distprompt does not read: named explicitly, they are refused clearly
-#: instead of being parsed as garbage.
-_UNSUPPORTED_SUFFIXES = (".bz2", ".xz", ".lz4", ".zip", ".7z", ".br", ".snappy", ".lzma", ".tar")
 _BOM = b"\xef\xbb\xbf"
-
-
-@dataclass(frozen=True, slots=True)
-class Shard:
-    """A shard file and the name provenance uses for it."""
-
-    path: Path
-    name: str  # relative to DATA, with "/"
-    size: int
-    url: str | None = None  # an fsspec URL (s3://…) that is read instead of path (see remote.py)
-
-
-def _is_shard(p: Path) -> bool:
-    return p.name.endswith(SHARD_SUFFIXES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,7 +304,7 @@ def _discover_one(
                     ignored=left,
                     warn=warn,
                 )
-            elif _is_shard(p):
+            elif is_shard_file(p):
                 _check_file(p, root)
                 yield Shard(path=p, name=p.relative_to(root).as_posix(), size=p.stat().st_size)
         return
@@ -366,7 +344,7 @@ def _walk(top: Path, *, root: Path, warn: Callable[[str], None]) -> Iterator[Sha
         others[here] = []
         for fn in sorted(filenames):
             p = here / fn
-            if not _is_shard(p):
+            if not is_shard_file(p):
                 if not fn.startswith("."):
                     others[here].append(fn)
                 continue
@@ -431,7 +409,7 @@ def _check_file(p: Path, root: Path) -> None:
 
 def _check_suffix(p: Path) -> None:
     low = p.name.lower()
-    for suffix in _UNSUPPORTED_SUFFIXES:
+    for suffix in UNSUPPORTED_SUFFIXES:
         if low.endswith(suffix):
             raise InputError(
                 f"{p}: expected a .jsonl, .jsonl.gz or .jsonl.zst shard, found a {suffix} file; "
@@ -465,17 +443,7 @@ def open_shard(path: Path | str) -> IO[bytes]:
                 "permissions or leave it out of DATA"
             ) from exc
     if name.endswith(".zst"):
-        import zstandard
-
-        source = _WholeZstdFile(raw)
-        reader = zstandard.ZstdDecompressor().stream_reader(
-            source,  # type: ignore[arg-type]  # has read() and close()
-            closefd=True,
-            read_across_frames=True,
-        )
-        stream = _ZstdStream(reader, buffer_size=_READ_CHUNK)
-        stream.source = source
-        return stream
+        return open_zstd(raw, buffer_size=_READ_CHUNK)
     return raw
 
 
@@ -491,108 +459,6 @@ class _OwningGzipFile(gzip.GzipFile):
             super().close()
         finally:
             self._raw.close()
-
-
-class _WholeZstdFile:
-    """The compressed file under a zstd stream reader, checked to hold whole frames.
-
-    zstandard's stream reader stops quietly at the end of a truncated file, which would lose the
-    rows of the missing tail without a word, and it drops the bytes it had decompressed when it
-    meets garbage. Walking the frame and block headers first (a few bytes per block of up to
-    128 KiB) finds where the file stops being valid zstd: the reader is fed up to that point, so
-    every readable row still comes out, and the verdict is kept in ``problem`` for
-    :func:`iter_lines` to raise at the end of the stream.
-    """
-
-    def __init__(self, fh: IO[bytes]) -> None:
-        self._fh = fh
-        self.problem, self._stop = _zstd_problem(fh)
-
-    def read(self, size: int = -1) -> bytes:
-        left = self._stop - self._fh.tell()
-        if left <= 0:
-            return b""
-        return self._fh.read(left if size < 0 else min(size, left))
-
-    def close(self) -> None:
-        self._fh.close()
-
-
-class _ZstdStream(io.BufferedReader):
-    """Decompressed bytes of a ``.zst`` shard; ``source.problem`` tells a cut file at its end."""
-
-    source: _WholeZstdFile
-
-
-def _check_whole(fh: IO[bytes]) -> None:
-    """At the end of a stream: raise when a zstd file turned out to be cut or corrupt."""
-    if isinstance(fh, _ZstdStream) and fh.source.problem is not None:
-        raise EOFError(f"the zstd stream {fh.source.problem}")
-
-
-_ZSTD_MAGIC = 0xFD2FB528
-
-
-def _zstd_problem(fh: IO[bytes]) -> tuple[str | None, int]:
-    """``(why the zstd file is not a sequence of whole frames or None, where to stop reading)``.
-
-    A file cut inside a frame is read to its end (the decompressor returns what it can); garbage
-    or a corrupt block header stops reading where it starts. ``fh`` is left at offset 0.
-    """
-    size = fh.seek(0, io.SEEK_END)  # not fstat: a remote (fsspec) file has no descriptor
-    pos = 0
-
-    def at(offset: int, n: int) -> bytes | None:
-        fh.seek(offset)
-        b = fh.read(n)
-        return b if len(b) == n else None
-
-    cut = f"is cut inside a frame ({size} bytes, the last frame needs more)"
-    try:
-        while pos < size:
-            head = at(pos, 5)
-            if head is None:  # a few bytes left: the start of a frame, or garbage
-                fh.seek(pos)
-                tail = fh.read(4)
-                if _ZSTD_MAGIC.to_bytes(4, "little").startswith(tail) or (
-                    tail[0] & 0xF0 == 0x50 and b"\x2a\x4d\x18".startswith(tail[1:])
-                ):
-                    return cut, size
-                return f"has no zstd frame at byte {pos} (garbage or another format)", pos
-            magic = int.from_bytes(head[:4], "little")
-            if magic & 0xFFFFFFF0 == 0x184D2A50:  # skippable frame: magic, size, payload
-                n = at(pos + 4, 4)
-                if n is None:
-                    return cut, size
-                pos += 8 + int.from_bytes(n, "little")
-                continue
-            if magic != _ZSTD_MAGIC:
-                return f"has no zstd frame at byte {pos} (garbage or another format)", pos
-            fhd = head[4]
-            if fhd & 0x08:  # the reserved bit must be zero
-                return f"has a corrupt frame header at byte {pos}", pos
-            single = (fhd >> 5) & 1
-            fcs = (1 if single else 0, 2, 4, 8)[fhd >> 6]
-            did = (0, 1, 2, 4)[fhd & 3]
-            checksum = 4 if (fhd >> 2) & 1 else 0
-            pos += 5 + (0 if single else 1) + did + fcs
-            while True:
-                block = at(pos, 3)
-                if block is None:
-                    return cut, size
-                h = int.from_bytes(block, "little")
-                kind = (h >> 1) & 3
-                if kind == 3:
-                    return f"has a corrupt block header at byte {pos}", pos
-                pos += 3 + (1 if kind == 1 else h >> 3)
-                if h & 1:  # last block of the frame
-                    break
-            pos += checksum
-        if pos > size:
-            return cut, size
-        return None, size
-    finally:
-        fh.seek(0)
 
 
 def _next_line(fh: IO[bytes], limit: int) -> tuple[bytes | None, int]:
@@ -654,7 +520,7 @@ def iter_lines(
             while stop < 0 or offset < stop:
                 line, size = _next_line(fh, max_line_bytes)
                 if not size or (line is not None and not line.endswith(b"\n")):
-                    _check_whole(fh)  # the end: a cut .zst must not pass for a short one
+                    check_whole(fh)  # the end: a cut .zst must not pass for a short one
                 if not size:
                     return
                 start = offset

@@ -1,6 +1,6 @@
 """Does a tokenizer match the data? Three checks, run by ``inspect`` and ``export`` alike.
 
-:func:`distprompt.corpus.inspect_corpus` and :func:`distprompt.build_suite` both prepare the
+:func:`distprompt.inspect_corpus` and :func:`distprompt.build_suite` both prepare the
 checks with :func:`prepare_checks` (markers learned, the per-row check for the pass) and judge
 them with :func:`run_checks` on the pass's result (no second pass: the round trip samples the
 candidate pool the pass keeps anyway), so both commands give the same verdict and message.

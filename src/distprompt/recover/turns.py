@@ -33,10 +33,9 @@ from distprompt.recover.template import (
     TOOL_DEF,
     USER,
     TemplateProfile,
-    learn_template,
 )
 
-__all__ = ["RecoveredTurns", "TemplateProfile", "learn_template", "recover_turns"]
+__all__ = ["RecoveredTurns", "recover_turns"]
 
 logger = logging.getLogger("distprompt.recover.turns")
 

@@ -45,32 +45,25 @@ from distprompt.errors import ConfigError
 from distprompt.records import SuiteItem
 from distprompt.write.formats import (
     AIPERF_MULTI_NAME,
-    CLIENT_VERSIONS,
     FORMATS,
     PROVENANCE_NAME,
     RUN_MD,
     Plan,
-    check_formats,
     checked_formats,
     exact_chat,
     first_user_text,
     last_user_text,
     out_len,
-    safe_names,
     text_of,
 )
 from distprompt.write.out_dir import atomic_write_bytes, atomic_write_lines
-from distprompt.write.runmd import render_run_md, run_md
+from distprompt.write.runmd import render_run_md
 
-# CLIENT_VERSIONS, FORMATS and check_formats live in distprompt.write.formats, run_md and the vLLM
-# sharegpt estimate in distprompt.write.runmd; they stay importable from here.
-__all__ = ["CLIENT_VERSIONS", "FORMATS", "check_formats", "run_md", "write_exports"]
+__all__ = ["write_exports"]
 
 logger = logging.getLogger("distprompt.write.export")
 
 _JSON_OPTS = orjson.OPT_NON_STR_KEYS
-# The by_source file stems, under the name callers of this module have used.
-_safe_names = safe_names
 
 
 def _dumps(obj: Any) -> bytes:

@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from distprompt.read.scan import SourceStats
-    from distprompt.records import Candidate
+    from distprompt.records import Candidate, SourceStats
 
 __all__ = [
     "N_RANDOM",

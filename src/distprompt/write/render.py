@@ -17,8 +17,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from distprompt.write.report import Report
 
-__all__ = ["html_page", "markdown", "plots"]
+__all__ = ["PLOT_NAMES", "format_table", "html_page", "markdown", "plots"]
 
+#: The report's PNG files, in the order the Markdown and HTML show them.
+PLOT_NAMES = (
+    "report_shares.png",
+    "report_prompt_length.png",
+    "report_response_length.png",
+    "report_coverage.png",
+    "report_clusters.png",
+)
 _DPI = 90
 _SUITE = "#1f77b4"
 _RANDOM = "#ff7f0e"
@@ -53,8 +61,7 @@ def _grid(n: int, ncols: int = 4) -> tuple[int, int]:
 
 
 def plots(report: Report) -> dict[str, bytes]:
-    """PNG bytes by file name (see :data:`distprompt.write.report.PLOT_NAMES`)."""
-    from distprompt.write.report import PLOT_NAMES
+    """PNG bytes by file name (see :data:`PLOT_NAMES`)."""
 
     out = {
         PLOT_NAMES[0]: _shares_plot(report),
@@ -281,8 +288,6 @@ def _rows(report: Report) -> list[list[str]]:
 
 def markdown(report: Report) -> str:
     """``report.md``."""
-    from distprompt.write.report import PLOT_NAMES
-
     lines = ["# Representativeness report", "", report.summary, ""]
     lines += ["| " + " | ".join(_HEAD) + " |", "|" + "---|" * len(_HEAD)]
     lines += ["| " + " | ".join(r) + " |" for r in _rows(report)]
@@ -401,3 +406,15 @@ def html_page(report: Report, pngs: Mapping[str, bytes]) -> str:
         parts.append("</details>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def format_table(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Terminal table lines: first column left-aligned, the others right-aligned."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in rows
+    ]

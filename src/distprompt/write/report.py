@@ -15,7 +15,7 @@ lack of one — is plain. The report adds:
 :func:`build_report` assembles a :class:`Report` from the pipeline's
 :class:`~distprompt.write.metrics.SourceEvidence`; the report writes ``report.json``, ``report.md``,
 PNG plots and one self-contained ``report.html`` (:meth:`Report.write`); :func:`render_report`
-re-renders them from ``report.json``. The metric functions are importable from here too.
+re-renders them from ``report.json``.
 """
 
 from __future__ import annotations
@@ -32,58 +32,28 @@ import numpy as np
 import orjson
 
 from distprompt.errors import InputError
-from distprompt.read.scan import histogram_quantiles
+from distprompt.records import histogram_quantiles
 from distprompt.write.metrics import (
     N_RANDOM,
     Metrics,
     SelectionSample,
     SourceEvidence,
-    ks_statistic,
-    mean_nearest_distance,
-    measure_source,
     pooled_metrics,
-    reference_space,
-    represented_share,
     rounded,
 )
 from distprompt.write.out_dir import atomic_write_bytes
 
 if TYPE_CHECKING:
     from distprompt.choose.stratify import Quota
-    from distprompt.read.scan import SourceStats
-    from distprompt.records import SuiteItem
+    from distprompt.records import SourceStats, SuiteItem
 
-# The metrics live in distprompt.write.metrics; they stay importable from here.
-__all__ = [
-    "N_RANDOM",
-    "PLOT_NAMES",
-    "REPORT_HTML",
-    "REPORT_JSON",
-    "REPORT_MD",
-    "Metrics",
-    "Report",
-    "SourceEvidence",
-    "build_report",
-    "ks_statistic",
-    "mean_nearest_distance",
-    "measure_source",
-    "reference_space",
-    "render_report",
-    "represented_share",
-]
+__all__ = ["REPORT_HTML", "REPORT_JSON", "REPORT_MD", "Report", "build_report", "render_report"]
 
 logger = logging.getLogger("distprompt.write.report")
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
-PLOT_NAMES = (
-    "report_shares.png",
-    "report_prompt_length.png",
-    "report_response_length.png",
-    "report_coverage.png",
-    "report_clusters.png",
-)
 _EXCERPT_HEAD = 900
 _EXCERPT_TAIL = 600
 _FORMAT_VERSION = 1

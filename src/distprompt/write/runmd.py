@@ -1,7 +1,7 @@
 """``RUN.md``: the command for each benchmark client on a suite's files, and its warnings.
 
 The commands follow the loaders of the client versions in
-:data:`~distprompt.write.export.CLIENT_VERSIONS`; the warnings name what each client would silently
+:data:`~distprompt.write.formats.CLIENT_VERSIONS`; the warnings name what each client would silently
 do
 to this suite: items left out of the chat-text files, history lost in single-turn files, the
 pairs vLLM's and SGLang's ``sharegpt`` loaders drop
@@ -50,15 +50,7 @@ from distprompt.write.formats import (
     user_texts,
 )
 
-__all__ = [
-    "SGLANG_SHAREGPT_MIN_LEN",
-    "VLLM_SHAREGPT_MAX_PROMPT",
-    "VLLM_SHAREGPT_MAX_TOTAL",
-    "VLLM_SHAREGPT_MIN_LEN",
-    "ShareGptDrops",
-    "run_md",
-    "sharegpt_drops",
-]
+__all__ = ["render_run_md", "run_md"]
 
 #: The checker that runs every command below against the pinned clients.
 CHECK_SCRIPT = "scripts/check_clients.py"

@@ -2,30 +2,33 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from distprompt.errors import DistpromptError, InputError, OutputError
+from distprompt.errors import DistpromptError, InputError
 from distprompt.records import SuiteItem
-from distprompt.write.out_dir import atomic_write_bytes, atomic_write_lines, umask
+from distprompt.write.formats import FORMATS
+from distprompt.write.out_dir import (
+    MANIFEST_NAME,
+    atomic_write_bytes,
+    atomic_write_lines,
+    prepare_out_dir,
+)
+from distprompt.write.render import format_table
 
 if TYPE_CHECKING:
     from distprompt.write.report import Report
 
 logger = logging.getLogger("distprompt.write.suite")
 
-__all__ = ["MANIFEST_NAME", "SUITE_NAME", "Suite", "check_out_dir", "prepare_out_dir"]
+__all__ = ["SUITE_NAME", "Suite"]
 
 SUITE_NAME = "suite.jsonl"
-MANIFEST_NAME = "manifest.json"
 _JSON_OPTS = orjson.OPT_SORT_KEYS
 
 
@@ -97,6 +100,7 @@ class Suite:
         overwrite: bool = False,
         tokenizer: Any = None,
         temperature: float = 0.0,
+        ignore_eos: bool = False,
     ) -> Path:
         """Write the suite folder: ``suite.jsonl``, client exports, the report files
         (``report.json``, ``report.md``, PNG plots, ``report.html``) and ``manifest.json``.
@@ -107,12 +111,13 @@ class Suite:
         Args:
             out: Output folder; refused when it exists and is not empty, unless ``overwrite``.
             formats: Client formats to write (default: all, see
-            :data:`distprompt.write.export.FORMATS`).
+            :data:`distprompt.write.formats.FORMATS`).
             overwrite: Replace an existing non-empty folder.
             tokenizer: The suite's tokenizer, for RUN.md's per-client ``sharegpt.json`` counts
                 and AIPerf's turn lengths; by default the manifest's tokenizer is loaded again
                 (when it cannot be, RUN.md says the counts are unknown).
             temperature: Sampling temperature of the client files and commands (0: greedy).
+            ignore_eos: Ask the clients to generate ``max_tokens`` past EOS (forced lengths).
 
         Raises:
             OutputError: ``out`` exists and is not empty, or cannot be written.
@@ -120,7 +125,7 @@ class Suite:
         from distprompt.write import export
 
         out_path = Path(out)
-        fmts = tuple(export.FORMATS if formats is None else formats)
+        fmts = tuple(FORMATS if formats is None else formats)
         tok_name = str(self.manifest.get("tokenizer", {}).get("name", ""))
         with prepare_out_dir(out_path, overwrite=overwrite) as tmp:
             atomic_write_lines(tmp / SUITE_NAME, self.suite_lines())
@@ -131,6 +136,7 @@ class Suite:
                 tokenizer_name=tok_name,
                 tokenizer=tokenizer if tokenizer is not None else _reload_tokenizer(tok_name),
                 temperature=temperature,
+                ignore_eos=ignore_eos,
             )
             failed = _failed_verdict(self.manifest)
             if failed is not None and "run_md" in files:
@@ -143,6 +149,20 @@ class Suite:
             # The manifest goes last: its presence marks a complete suite.
             atomic_write_bytes(tmp / MANIFEST_NAME, self.manifest_bytes())
         return out_path
+
+    def summary(self, out: str | os.PathLike[str] | None = None) -> str:
+        """What ``distprompt export`` prints: the per-source table, the report's verdict and
+        (with ``out``) the line naming the folder, with any caveat a column would hide.
+
+        Example:
+            >>> print(suite.summary("out"))  # doctest: +SKIP
+        """
+        lines = [_summary_table(self.manifest)]
+        if self._report is not None:
+            lines.append(self._report.summary)
+        if out is not None:
+            lines.append(f"wrote {len(self)} items to {out}{_caveats(self.manifest)}")
+        return "\n".join(lines)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Suite:
@@ -176,6 +196,57 @@ class Suite:
         return cls(items, manifest, report=report)
 
 
+def _caveats(manifest: dict[str, Any]) -> str:
+    """What the last line must not leave to a column: a failed check, a token-exact share < 100%."""
+    out = []
+    check = manifest.get("tokenizer_check") or {}
+    if check.get("passed") is False:
+        out.append("TOKENIZER CHECK FAILED (written with --no-tokenizer-check)")
+    fid: dict[str, int] = {}
+    for s in manifest.get("sources", {}).values():
+        for k, v in (s.get("fidelity") or {}).items():
+            fid[k] = fid.get(k, 0) + v
+    n = sum(fid.values())
+    exact = fid.get("tokens", 0)
+    if n and exact < n:
+        out.append(
+            f"only {exact} of {n} items ({100.0 * exact / n:.0f}%) are token-exact; the others "
+            "are listed in manifest.json fidelity_issues"
+        )
+    return f" — {'; '.join(out)}" if out else ""
+
+
+def _summary_table(manifest: dict[str, Any]) -> str:
+    head = ("source", "rows", "unique", "cands", "target", "selected", "tokens%", "turns%")
+    lines = [head]
+    for src, s in manifest.get("sources", {}).items():
+        fid = s.get("fidelity") or {}
+        n = sum(fid.values())
+        pct = f"{100.0 * fid.get('tokens', 0) / n:.0f}" if n else "-"
+        # Share of items whose every turn was recognised (the rest are `flat` fallbacks).
+        structure = s.get("structure") or {}
+        n_st = sum(structure.values())
+        turns = f"{100.0 * structure.get('turns', 0) / n_st:.0f}" if n_st else "-"
+        uniq = f"{s['unique_prompts']}" + ("" if s.get("unique_exact", True) else "~")
+        lines.append(
+            (
+                src,
+                str(s["rows"]),
+                uniq,
+                str(s["candidates"]),
+                str(s["target"]),
+                str(s["selected"]),
+                pct,
+                turns,
+            )
+        )
+    out = format_table(lines)
+    skipped = manifest.get("counts", {}).get("skipped") or {}
+    if skipped:
+        out.append("skipped rows: " + ", ".join(f"{k}={v}" for k, v in skipped.items()))
+    return "\n".join(out)
+
+
 def _failed_verdict(manifest: dict[str, Any]) -> list[str] | None:
     """Markdown lines telling that the tokenizer checks failed, or None when they passed."""
     check = manifest.get("tokenizer_check") or {}
@@ -197,96 +268,6 @@ def _put_on_top(path: Path, block: list[str]) -> None:
     at = 1 if text and text[0].startswith("#") else 0
     out = [*text[:at], "", *block, *text[at:]]
     atomic_write_bytes(path, "\n".join(out).encode("utf-8"))
-
-
-def check_out_dir(out: Path, *, overwrite: bool) -> None:
-    """Refuse an output folder that cannot be used, before any work is done.
-
-    ``--overwrite`` replaces only a previous distprompt output (a folder holding
-    ``manifest.json``): a mistyped ``--out`` (the corpus, a home folder) is never deleted.
-
-    Raises:
-        OutputError: ``out`` is a file; a non-empty folder (without ``overwrite``); a folder that
-            is not a distprompt output, or holds the working directory (with ``overwrite``); or
-            its parent is not a folder.
-    """
-    out = Path(out)
-    if out.exists():
-        if not out.is_dir():
-            raise OutputError(
-                f"{out}: expected an output folder, found a file; choose another --out"
-            )
-        if any(out.iterdir()):
-            if not overwrite:
-                raise OutputError(
-                    f"{out}: expected an empty or new output folder, found files in it; "
-                    "pass --overwrite to replace it, or choose another --out"
-                )
-            if not (out / MANIFEST_NAME).is_file():
-                raise OutputError(
-                    f"{out}: expected a previous distprompt output to replace (a folder with "
-                    f"{MANIFEST_NAME}), found a folder of other files; --overwrite never deletes "
-                    "those — choose another --out or empty it yourself"
-                )
-            cwd = Path.cwd().resolve()
-            if out.resolve() == cwd or out.resolve() in cwd.parents:
-                raise OutputError(
-                    f"{out}: expected an output folder outside the working directory, found it "
-                    "holds the working directory; choose another --out"
-                )
-    # The first existing ancestor must be a folder, or nothing can be created below it.
-    anc = out.absolute().parent
-    while not anc.exists() and anc != anc.parent:
-        anc = anc.parent
-    if not anc.is_dir():
-        raise OutputError(
-            f"{out}: expected a folder to write into, found {anc} is a file; choose another --out"
-        )
-
-
-@contextlib.contextmanager
-def prepare_out_dir(out: Path, *, overwrite: bool) -> Iterator[Path]:
-    """Yield an empty temp folder beside ``out``; on success it replaces ``out``.
-
-    Whatever goes wrong (an error, a full disk, Ctrl-C, SIGTERM), the temp folder is removed and
-    ``out`` is left as it was: a folder named ``out`` is always a finished suite.
-
-    Raises:
-        OutputError: ``out`` cannot be used (see :func:`check_out_dir`) or written.
-    """
-    out = Path(out)
-    check_out_dir(out, overwrite=overwrite)
-    parent = out.absolute().parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=parent))
-    except OSError as exc:
-        raise OutputError(
-            f"{parent}: expected a writable folder, found {exc.strerror or exc}; "
-            "choose another --out or fix its permissions"
-        ) from exc
-    old: Path | None = None
-    try:
-        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it private (0700)
-        yield tmp
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=parent))
-            os.replace(out, old / "x")
-        os.replace(tmp, out)
-    except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and (old / "x").exists() and not out.exists():
-            os.replace(old / "x", out)  # interrupted between the two renames: put it back
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        if isinstance(exc, OSError) and not isinstance(exc, DistpromptError):
-            raise OutputError(
-                f"{out}: could not be written ({exc.strerror or exc}); check free disk space "
-                "and permissions, then run again"
-            ) from exc
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _reload_tokenizer(name: str) -> Any:

@@ -10,9 +10,18 @@ import orjson
 
 from distprompt.write.out_dir import atomic_write_bytes
 
-__all__ = ["PLOT_NAME", "SUMMARY_MD", "render_compare", "render_summary", "write_summary_files"]
+__all__ = [
+    "PLOT_NAME",
+    "SUMMARY_JSON",
+    "SUMMARY_MD",
+    "render_compare",
+    "render_summary",
+    "write_summary_files",
+]
 
 SUMMARY_MD = "summary.md"
+#: Written last: its presence marks a finished result folder.
+SUMMARY_JSON = "summary.json"
 PLOT_NAME = "summary.png"
 
 
@@ -202,8 +211,6 @@ def _plot(summary: dict[str, Any], path: Path) -> bool:
 
 def write_summary_files(out: Path, summary: dict[str, Any], meta: dict[str, Any]) -> None:
     """Write ``summary.json`` (last: its presence marks a result), ``summary.md`` and the plot."""
-    from distprompt.bench.run import SUMMARY_JSON
-
     atomic_write_bytes(out / SUMMARY_MD, render_summary(summary).encode())
     _plot(summary, out / PLOT_NAME)
     atomic_write_bytes(
@@ -213,7 +220,7 @@ def write_summary_files(out: Path, summary: dict[str, Any], meta: dict[str, Any]
 
 
 def render_compare(cmp: dict[str, Any]) -> str:
-    """Markdown of :func:`distprompt.bench.stats.compare`."""
+    """Markdown of :func:`distprompt.benchmark.stats.compare`."""
     lines = [f"# {cmp['a']} vs {cmp['b']} (speedup = output tok/s of {cmp['a']} / {cmp['b']})", ""]
     lines += _table(
         ["concurrency", "corpus speedup [95% CI]"],

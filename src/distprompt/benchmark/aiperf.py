@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from distprompt.bench.run import BenchResults, check_results_dir, source_shares
+from distprompt.benchmark.run import BenchResults, check_results_dir, source_shares
 from distprompt.errors import InputError
 from distprompt.records import SuiteItem
 from distprompt.write.formats import last_user_text, text_of

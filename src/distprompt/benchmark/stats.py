@@ -282,7 +282,7 @@ def compare(
     the corpus-weighted speedup per concurrency, and where speculation stops paying.
 
     Args:
-        a, b: :class:`~distprompt.bench.run.BenchResults` (``a`` the speculative server).
+        a, b: :class:`~distprompt.benchmark.run.BenchResults` (``a`` the speculative server).
 
     Returns:
         ``{"a", "b", "rows", "corpus", "stops_paying"}``; every speedup with a 95% bootstrap

@@ -30,7 +30,7 @@ from typing import IO, Any
 import orjson
 
 from distprompt._version import __version__
-from distprompt.bench.protocol import (
+from distprompt.benchmark.protocol import (
     APIS,
     PATHS,
     MalformedReply,
@@ -39,6 +39,7 @@ from distprompt.bench.protocol import (
     chat_eligible,
     parse_counters,
 )
+from distprompt.benchmark.report import SUMMARY_JSON
 from distprompt.errors import ConfigError, InputError, OutputError, ServerError
 from distprompt.records import SuiteItem
 from distprompt.write.out_dir import atomic_write_lines
@@ -55,7 +56,6 @@ __all__ = [
 log = logging.getLogger("distprompt.bench")
 
 REQUESTS_NAME = "requests.jsonl"
-SUMMARY_JSON = "summary.json"
 PARTIAL_NAME = ".requests.jsonl.partial"
 
 
@@ -100,9 +100,9 @@ class BenchResults:
 
     @property
     def summary(self) -> dict[str, Any]:
-        """The figures of ``summary.json`` (see :func:`distprompt.bench.stats.summarize`)."""
+        """The figures of ``summary.json`` (see :func:`distprompt.benchmark.stats.summarize`)."""
         if self._summary is None:
-            from distprompt.bench.stats import summarize
+            from distprompt.benchmark.stats import summarize
 
             self._summary = summarize(self.requests, self.windows, self.meta)
         return self._summary
@@ -130,7 +130,7 @@ class BenchResults:
         return p
 
     def write_summary(self, out: Path) -> None:
-        from distprompt.bench.report import write_summary_files
+        from distprompt.benchmark.report import write_summary_files
 
         write_summary_files(out, self.summary, self.meta)
 
