@@ -4,13 +4,11 @@ server that records each request body, and fail when RUN.md and the clients disa
 
     python scripts/check_clients.py [--venv /work/client-venv] [--out DIR] [--suite DIR ...]
 
-Without ``--suite`` it builds two suites from ``data_samples/`` (Qwen3 and DeepSeek-V3
-tokenizers, the packages of the ``samples`` extra) and checks both. The client venv is built
-from scratch when missing or made for other pins (``pip install torch==2.13.0`` takes this
-machine's CPU wheel; sglang and vllm come with ``--no-deps`` and only the packages their
-benchmark code imports). The pins are :data:`distprompt.write.formats.CLIENT_VERSIONS`: RUN.md
-prints
-the same ones.
+Without ``--suite`` it builds two suites from ``data_samples/`` (Qwen3 and DeepSeek-V3 tokenizers,
+the packages of the ``samples`` extra) and checks both. The client venv is built from scratch when
+missing or made for other pins (``pip install torch==2.13.0`` takes this machine's CPU wheel; sglang
+and vllm come with ``--no-deps`` and only the packages their benchmark code imports). The pins are
+:data:`distprompt.write.formats.CLIENT_VERSIONS`: RUN.md prints the same ones.
 
 A command fails the check when it exits non-zero, when the number of generation requests the
 server saw differs from RUN.md's ``Requests sent: **N**`` (plus the warm-up RUN.md names), when

@@ -1,14 +1,12 @@
 """The pass's fast reader (:func:`distprompt.read.fastrow.read_row`) against the plain full parser
 (:func:`distprompt.read.validate.parse_row`): the same verdict, reason and ``shard:line`` on every
-line
-— the bad-input cases of ``test_hostile`` and the random corruptions of ``test_fuzz`` — and the
+line — the bad-input cases of ``test_hostile`` and the random corruptions of ``test_fuzz`` — and the
 same values on every valid row; and the pass split into byte ranges and workers gives the same
 result as one whole read.
 
 Both of the fast reader's paths run: short lines are parsed whole, long ones checked as bytes;
-``SHORT_LINE`` is set to 0 (every line checked as bytes) and to a huge value (every line parsed)
-in turn.
-"""
+``SHORT_LINE`` is set to 0 (every line checked as bytes) and to a huge value (every line parsed) in
+turn."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """Where the pass runs: in this process, a local process pool (:func:`process_map`), or as
 tasks on a Ray cluster (:func:`ray_map`).
 
-The pass is a map of one picklable function over work units (a shard, or a byte range of one),
-each returning a mergeable :class:`~distprompt.read.scan.Partial`; the driver merges the partials
-and
+The pass is a map of one picklable function over work units (a shard, or a byte range of one), each
+returning a mergeable :class:`~distprompt.read.scan.Partial`; the driver merges the partials and
 runs the bounded selection stage itself. :func:`ray_map` is that map on Ray:
 
 - one Ray task per unit (one CPU each), at most a window of tasks ahead of the next unit to merge,

@@ -1,6 +1,5 @@
 """The pass's row reader: every row validated as :func:`~distprompt.read.validate.parse_row` does,
-but
-only what the pass needs is parsed.
+but only what the pass needs is parsed.
 
 A training row is mostly its response: ``input_ids`` and ``loss_mask`` of tens of thousands of
 tokens, of which the pass needs the prompt prefix and a few counts. :func:`read_row` checks the

@@ -1,12 +1,10 @@
 """Chat-turn recovery: turn a tokenized prompt span back into the ``messages`` that produced it.
 
 Nothing here knows a model family. :func:`~distprompt.recover.template.learn_template` reads the
-literal
-text the tokenizer's own chat template writes between consecutive slots (a message's content, its
-reasoning, a tool call's name or arguments, a tool definition). Those literals form a small
-automaton; :func:`recover_turns` walks it over the decoded prompt, rebuilds the messages,
-re-renders them and says how exact the result is (``tokens`` > ``text`` > ``lossy``).
-"""
+literal text the tokenizer's own chat template writes between consecutive slots (a message's
+content, its reasoning, a tool call's name or arguments, a tool definition). Those literals form a
+small automaton; :func:`recover_turns` walks it over the decoded prompt, rebuilds the messages,
+re-renders them and says how exact the result is (``tokens`` > ``text`` > ``lossy``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Representativeness report: does the suite stand for the corpus, and does it beat random?
 
 The figures come from :mod:`distprompt.write.metrics` (length fidelity and coverage, measured for
-the
-suite and for a uniform random sample of the same size per source, the median over
+the suite and for a uniform random sample of the same size per source, the median over
 :data:`~distprompt.write.metrics.N_RANDOM` seeds), per source and overall, so any advantage — or the
 lack of one — is plain. The report adds:
 

@@ -2,15 +2,11 @@
 
 The commands follow the loaders of the client versions in
 :data:`~distprompt.write.formats.CLIENT_VERSIONS`; the warnings name what each client would silently
-do
-to this suite: items left out of the chat-text files, history lost in single-turn files, the
+do to this suite: items left out of the chat-text files, history lost in single-turn files, the
 pairs vLLM's and SGLang's ``sharegpt`` loaders drop
-(:func:`distprompt.write.clients.sharegpt_drops`),
-SGLang's and GuideLLM's
-``ignore_eos`` defaults, a BOS that a completions endpoint would add a second time, items that
-are not token-exact, and duplicate ids. :func:`distprompt.write.export.write_exports` writes it
-next to
-the client files.
+(:func:`distprompt.write.clients.sharegpt_drops`), SGLang's and GuideLLM's ``ignore_eos`` defaults,
+a BOS that a completions endpoint would add a second time, items that are not token-exact, and
+duplicate ids. :func:`distprompt.write.export.write_exports` writes it next to the client files.
 
 Example:
     >>> text = run_md(items, formats=["openai"], tokenizer_name="Qwen/Qwen3-8B")  # doctest: +SKIP
