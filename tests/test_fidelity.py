@@ -177,8 +177,8 @@ def test_last_turn_rows_recover_earlier_assistant_turns(
     """Rows trained on the LAST assistant turn carry the earlier turns inside the prompt span."""
     enc = make_samples.Encoder(case.tokenizer)
     expected: dict[tuple[int, ...], list[tuple[str, list[str]]]] = {}
-    for _sid, source, gen, n_rows, opt in make_samples.SOURCES:
-        for conv in make_samples.plan_source(0, source, gen, n_rows, opt)[1]:
+    for _name, _source, convs in make_samples.load_conversations():
+        for conv in convs:
             if conv["train"] != "last":
                 continue
             msgs, tools = conv["messages"], conv.get("tools")
