@@ -7,7 +7,6 @@ every source is recovered, so the figures are those of the whole corpus, not of 
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -21,10 +20,14 @@ from distprompt import build_suite
 from distprompt.records import SuiteItem
 from distprompt.turns import learn_template, recover_turns
 
-from conftest import REPO_ROOT, SAMPLES_DIR
+from conftest import SAMPLES_DIR
 
 MIN_TOKENS_SHARE = 0.98
 ALL_UNIQUE = 1000  # above every source's unique prompts: the suite holds each one once
+# Every test needs the session fixtures that build suites of all unique prompts with both
+# tokenizers (DeepSeek-V3 after regenerating the samples): ~90 s in all.
+pytestmark = pytest.mark.slow
+
 REASON_RE = re.compile(r"first differing token at index \d+ .*; prompt …'.*'… vs …'.*'…", re.S)
 
 
@@ -35,21 +38,6 @@ class Case:
     tokenizer: Any
     items: list[SuiteItem]
     manifest: dict[str, Any]
-
-
-def _load_make_samples() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "make_samples", REPO_ROOT / "scripts" / "make_samples.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="session")
-def make_samples() -> ModuleType:
-    return _load_make_samples()
 
 
 @pytest.fixture(scope="session")

@@ -3,24 +3,13 @@ of ``data_samples/conversations/`` into exactly the committed shards and README.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from conftest import REPO_ROOT, SAMPLES_DIR
-
-
-def _make_samples() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "make_samples", REPO_ROOT / "scripts" / "make_samples.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from conftest import SAMPLES_DIR
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -32,8 +21,10 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow  # tokenizes all 1,212 rows with Qwen3 (~30 s)
-def test_regenerated_samples_are_the_committed_bytes(tmp_path: Path) -> None:
-    _make_samples().main(["--out", str(tmp_path)])
+def test_regenerated_samples_are_the_committed_bytes(
+    tmp_path: Path, make_samples: ModuleType
+) -> None:
+    make_samples.main(["--out", str(tmp_path)])
     got, want = _files(tmp_path), _files(SAMPLES_DIR)
     assert sorted(got) == sorted(want)
     assert len(want) == 11  # ten shards and the README
@@ -41,9 +32,9 @@ def test_regenerated_samples_are_the_committed_bytes(tmp_path: Path) -> None:
         assert got[name] == want[name], name
 
 
-def test_conversations_match_the_shards_row_for_row() -> None:
+def test_conversations_match_the_shards_row_for_row(make_samples: ModuleType) -> None:
     """One conversation line per shard line; exact duplicates where the shard repeats a line."""
-    loaded = _make_samples().load_conversations()
+    loaded = make_samples.load_conversations()
     assert [name for name, _, _ in loaded] == sorted(
         p.name for p in (SAMPLES_DIR / "prepared").iterdir()
     )
