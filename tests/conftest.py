@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -58,3 +59,15 @@ def any_tokenizer(request: pytest.FixtureRequest) -> Any:
     return request.getfixturevalue(
         "qwen_tokenizer" if request.param == "qwen3" else "deepseek_tokenizer"
     )
+
+
+@pytest.fixture(scope="session")
+def make_samples() -> ModuleType:
+    """``scripts/make_samples.py`` as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location(
+        "make_samples", REPO_ROOT / "scripts" / "make_samples.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,4 +1,12 @@
-"""Factories for small tokenized corpora built in code with a real tokenizer."""
+"""The one set of test factories: rows, shards, candidates and corpora, built in code.
+
+Rows come in two kinds: rendered with a real tokenizer's chat template (:func:`row_from_messages`,
+:func:`chat_rows`, :func:`make_corpus`) and synthetic (:func:`make_row`, :func:`sized_row`,
+:func:`random_row`: ids below 1000 unless asked otherwise, valid for every real tokenizer, no
+chat-template markers). Every builder returns the row as the dict a shard line holds
+(:func:`as_row`); :func:`dumps`/:func:`lines_of`/:func:`write_shard`/:func:`shard_with` write
+them.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +16,8 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 TOPICS = [
     "sorting a list in Python",
@@ -49,15 +59,48 @@ def row_from_messages(
         )
     )
     assert full[: len(prompt)] == prompt
-    mask = [0] * len(prompt) + [1] * (len(full) - len(prompt))
+    return as_row(full, [0] * len(prompt) + [1] * (len(full) - len(prompt)), len(prompt), source)
+
+
+def as_row(ids: Sequence[int], mask: Sequence[int], n_prompt: int, source: str) -> dict[str, Any]:
+    """The dict of one valid shard line: ``seq_len`` and ``n_response_tokens`` follow from ids."""
     return {
-        "input_ids": full,
-        "loss_mask": mask,
-        "seq_len": len(full),
-        "n_prompt_tokens": len(prompt),
-        "n_response_tokens": len(full) - len(prompt),
+        "input_ids": list(ids),
+        "loss_mask": list(mask),
+        "seq_len": len(ids),
+        "n_prompt_tokens": n_prompt,
+        "n_response_tokens": len(ids) - n_prompt,
         "source": source,
     }
+
+
+def make_row(i: int, source: str = "chat") -> dict[str, Any]:
+    """A synthetic valid row of 8–40 ids below 1000; ``(source, i)`` makes it unique and
+    reproducible."""
+    rng = random.Random(f"{source}-{i}")
+    n = rng.randint(8, 40)
+    p = rng.randint(1, n - 1)
+    return as_row([rng.randrange(1000) for _ in range(n)], [0] * p + [1] * (n - p), p, source)
+
+
+def sized_row(
+    source: str, n_prompt: int, n_resp: int, *, runs: int = 1, base: int = 0
+) -> dict[str, Any]:
+    """A synthetic row of given lengths: prompt ids unique per (source, n_prompt, base),
+    ``runs`` trained spans (2: an earlier trained turn inside the prompt)."""
+    seq = n_prompt + n_resp
+    ids = [(base * 7919 + n_prompt * 31 + j) % 5000 + 10 for j in range(seq)]
+    mask = [0] * n_prompt + [1] * n_resp
+    if runs == 2 and n_prompt >= 3:
+        mask[1] = 1
+    return as_row(ids, mask, n_prompt, source)
+
+
+def random_row(n: int, p: int, *, seed: int = 0, source: str = "s") -> dict[str, Any]:
+    """A synthetic row of ``n`` ids below 160,000 and a random 0/1 mask (many trained runs)."""
+    rng = np.random.default_rng(seed)
+    mask = (rng.random(n) < 0.5).astype(int).tolist()
+    return as_row(rng.integers(0, 160000, n).tolist(), mask, p, source)
 
 
 def chat_rows(tokenizer: Any, source: str, n: int, *, seed: int = 0) -> list[dict[str, Any]]:
@@ -74,6 +117,36 @@ def chat_rows(tokenizer: Any, source: str, n: int, *, seed: int = 0) -> list[dic
         msgs.append({"role": "assistant", "content": "Sure: " + "ok " * rng.randint(3, 40)})
         rows.append(row_from_messages(tokenizer, msgs, source))
     return rows
+
+
+def dumps(row: Any) -> bytes:
+    """One compact JSON line (json, not orjson: it also writes integers beyond 64 bits)."""
+    return json.dumps(row, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def lines_of(rows: Sequence[dict[str, Any]]) -> bytes:
+    """Rows as JSONL bytes, one compact line each."""
+    return b"".join(dumps(r) + b"\n" for r in rows)
+
+
+def shard_with(
+    path: Path,
+    bad: bytes,
+    *,
+    rows: Sequence[dict[str, Any]] | None = None,
+    source: str = "chat",
+    before: int = 2,
+    after: int = 2,
+) -> Path:
+    """``before`` valid rows, the bad line, ``after`` valid rows: the bad line is ``before + 1``.
+
+    The valid rows are ``rows`` (the first ``before + after``), else :func:`make_row` rows.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    valid = list(rows or [make_row(i, source) for i in range(before + after)])
+    valid = valid[: before + after]
+    path.write_bytes(lines_of(valid[:before]) + bad + b"\n" + lines_of(valid[before:]))
+    return path
 
 
 def write_shard(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
@@ -107,3 +180,37 @@ def make_corpus(
             rows = rows + rows[::dup_every]
         write_shard(prepared / f"A{j + 1}_{source}" / "tokenized_data.jsonl", rows)
     return prepared
+
+
+def synthetic_corpus(root: Path, sizes: dict[str, int]) -> Path:
+    """``root/<source>.jsonl`` of :func:`make_row` rows for each source (no tokenizer needed)."""
+    root.mkdir(parents=True, exist_ok=True)
+    for source, n in sizes.items():
+        (root / f"{source}.jsonl").write_bytes(lines_of([make_row(i, source) for i in range(n)]))
+    return root
+
+
+def candidate(
+    key: int,
+    *,
+    source: str = "x",
+    n_prompt: int | None = None,
+    n_resp: int = 0,
+    shard: str | None = None,
+    line: int = 1,
+) -> Any:
+    """A :class:`~distprompt.records.Candidate`: prompt ids ``0..n_prompt-1`` (or the single id
+    ``key % 7`` when ``n_prompt`` is None), response ids ``0..n_resp-1``, provenance
+    ``shard:line`` (``shard`` defaults to ``<source>.jsonl``)."""
+    from distprompt.records import Candidate, Provenance
+
+    prompt = np.array([key % 7] if n_prompt is None else np.arange(n_prompt), dtype=np.int32)
+    return Candidate(
+        key=key,
+        source=source,
+        prompt_ids=prompt,
+        prompt_mask=np.zeros(prompt.shape[0], dtype=np.int8),
+        response_ids=np.arange(n_resp, dtype=np.int32),
+        n_response_tokens=n_resp,
+        provenance=Provenance(shard if shard is not None else f"{source}.jsonl", line, 0),
+    )

@@ -17,47 +17,28 @@ from distprompt.cli import main
 from distprompt.corpus import length_quantiles
 from distprompt.recover.checks import learn_markers
 
-from factories import make_corpus, write_shard
-
-
-def _row(
-    source: str, n_prompt: int, n_resp: int, *, runs: int = 1, base: int = 0
-) -> dict[str, Any]:
-    """A synthetic row: prompt ids unique per (source, n_prompt, base), ``runs`` trained spans."""
-    seq = n_prompt + n_resp
-    ids = [(base * 7919 + n_prompt * 31 + j) % 5000 + 10 for j in range(seq)]
-    mask = [0] * n_prompt + [1] * n_resp
-    if runs == 2 and n_prompt >= 3:  # an earlier trained turn inside the prompt
-        mask[1] = 1
-    return {
-        "input_ids": ids,
-        "loss_mask": mask,
-        "seq_len": seq,
-        "n_prompt_tokens": n_prompt,
-        "n_response_tokens": n_resp,
-        "source": source,
-    }
+from factories import make_corpus, sized_row, write_shard
 
 
 @pytest.fixture(scope="module")
 def crafted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("crafted")
     # Source "alpha": prompt lengths 1..100, response 2 x prompt, one trained turn each.
-    write_shard(root / "a" / "alpha.jsonl", [_row("alpha", n, 2 * n) for n in range(1, 101)])
+    write_shard(root / "a" / "alpha.jsonl", [sized_row("alpha", n, 2 * n) for n in range(1, 101)])
     # Source "beta": 10 distinct prompts, each 5 times (40 duplicate rows), two trained turns.
-    beta = [_row("beta", 10 + i, 5, runs=2) for _ in range(5) for i in range(10)]
+    beta = [sized_row("beta", 10 + i, 5, runs=2) for _ in range(5) for i in range(10)]
     write_shard(root / "b" / "beta.jsonl.gz", beta)
     # A shard with known anomalies: bad JSON (line 2), blank (3), missing key (4), a valid row
     # whose lengths do not add up (5, flagged but counted), then a good row (6).
-    bad = _row("alpha", 5, 5, base=99)
+    bad = sized_row("alpha", 5, 5, base=99)
     bad["n_response_tokens"] = 4
     lines = [
-        json.dumps(_row("alpha", 3, 3, base=98)),
+        json.dumps(sized_row("alpha", 3, 3, base=98)),
         '{"input_ids": [1, 2',
         "",
-        json.dumps({k: v for k, v in _row("alpha", 4, 4).items() if k != "source"}),
+        json.dumps({k: v for k, v in sized_row("alpha", 4, 4).items() if k != "source"}),
         json.dumps(bad),
-        json.dumps(_row("alpha", 6, 6, base=97)),
+        json.dumps(sized_row("alpha", 6, 6, base=97)),
     ]
     (root / "c").mkdir()
     (root / "c" / "odd.jsonl").write_text("\n".join(lines) + "\n")
@@ -248,6 +229,7 @@ def test_cli_inspect_json_in_process(qwen_corpus: Path, qwen_dir: Path, capsys: 
     assert "chat" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # CLI inspect runs with two tokenizers (~5 s)
 def test_cli_inspect_mismatch_exits_2(deepseek_corpus: Path, qwen_dir: Path) -> None:
     r = subprocess.run(
         [
@@ -270,7 +252,7 @@ def test_cli_inspect_mismatch_exits_2(deepseek_corpus: Path, qwen_dir: Path) -> 
 
 
 def test_gzip_shard_bytes_are_on_disk_size(tmp_path: Path) -> None:
-    data = (json.dumps(_row("s", 4, 4)) + "\n").encode()
+    data = (json.dumps(sized_row("s", 4, 4)) + "\n").encode()
     p = tmp_path / "x.jsonl.gz"
     p.write_bytes(gzip.compress(data))
     info = inspect_corpus(p)

@@ -1,12 +1,13 @@
 """The pass's fast reader (:func:`distprompt.read.fastrow.read_row`) against the plain full parser
 (:func:`distprompt.read.validate.parse_row`): the same verdict, reason and ``shard:line`` on every
-line — the bad-input cases of ``test_hostile`` and the random corruptions of ``test_fuzz`` — and the
+line — the table of ``test_validate`` and the random corruptions of ``test_fuzz`` — and the
 same values on every valid row; and the pass split into byte ranges and workers gives the same
 result as one whole read.
 
 Both of the fast reader's paths run: short lines are parsed whole, long ones checked as bytes;
-``SHORT_LINE`` is set to 0 (every line checked as bytes) and to a huge value (every line parsed) in
-turn."""
+``SHORT_LINE`` is set to 0 (every line checked as bytes) and to a huge value (every line parsed)
+in turn.
+"""
 
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ from distprompt.read.shards import discover_shards, iter_rows
 from distprompt.read.validate import parse_row
 from distprompt.records import Shard
 from test_fuzz import EXAMPLES, REQUIRED, serialize, shards, valid_rows
-from test_hostile import ROW_CASES
+from test_validate import LINES
+
+from factories import random_row
 
 LIMITS = (None, 2, 1000, 1400, 1450, 151669, 10**18, 2**63)
 FUZZ = settings(
@@ -82,37 +85,23 @@ def agree(raw: bytes | None) -> None:
                 assert view.top_id(other) == full.top_id(other), (limit, other)
 
 
-@pytest.mark.parametrize("case", ROW_CASES, ids=[c[0] for c in ROW_CASES])
-def test_bad_input_cases(path: str, case: tuple[str, bytes, str, str]) -> None:
-    agree(case[1])
+@pytest.mark.parametrize("raw", [c[1] for c in LINES], ids=[c[0] for c in LINES])
+def test_bad_input_cases(path: str, raw: bytes) -> None:
+    agree(raw)
 
 
 def test_line_too_long(path: str) -> None:
     agree(None)
 
 
-def _row(n: int, p: int, *, seed: int = 0) -> dict[str, Any]:
-    rng = np.random.default_rng(seed)
-    mask = (rng.random(n) < 0.5).astype(int).tolist()
-    ids = rng.integers(0, 160000, n).tolist()
-    return {
-        "input_ids": ids,
-        "loss_mask": mask,
-        "seq_len": n,
-        "n_prompt_tokens": p,
-        "n_response_tokens": n - p,
-        "source": "s",
-    }
-
-
 EDGE_LINES = [
     # a nested "input_ids" key: the top-level one is the one read
-    json.dumps({**_row(5, 2), "meta": {"input_ids": [9, 9]}}).encode(),
-    json.dumps({"meta": {"loss_mask": [1]}, **_row(5, 2)}).encode(),
+    json.dumps({**random_row(5, 2), "meta": {"input_ids": [9, 9]}}).encode(),
+    json.dumps({"meta": {"loss_mask": [1]}, **random_row(5, 2)}).encode(),
     # the key inside a string
-    json.dumps({**_row(5, 2), "note": 'say "input_ids": [1]'}).encode(),
+    json.dumps({**random_row(5, 2), "note": 'say "input_ids": [1]'}).encode(),
     # spaced separators, tabs, a leading zero, -0, an exponent, a huge id
-    json.dumps(_row(6, 3)).encode(),
+    json.dumps(random_row(6, 3)).encode(),
     b'{"input_ids":[1,\t2],"loss_mask":[0,1],"seq_len":2,"n_prompt_tokens":1,'
     b'"n_response_tokens":1,"source":"s"}',
     b'{"input_ids":[01,2],"loss_mask":[0,1],"seq_len":2,"n_prompt_tokens":1,'
@@ -165,9 +154,9 @@ EDGE_LINES = [
     b'"n_response_tokens":0,"source":"s"}',
     b'{"input_ids":[5],"loss_mask":[1],"seq_len":1,"n_prompt_tokens":1,'
     b'"n_response_tokens":0,"source":"s"}',
-    json.dumps(_row(3000, 700, seed=1), separators=(",", ":")).encode(),
-    json.dumps(_row(3000, 3000, seed=2), separators=(",", ":")).encode(),
-    json.dumps(_row(3000, 1, seed=3)).encode(),
+    json.dumps(random_row(3000, 700, seed=1), separators=(",", ":")).encode(),
+    json.dumps(random_row(3000, 3000, seed=2), separators=(",", ":")).encode(),
+    json.dumps(random_row(3000, 1, seed=3)).encode(),
 ]
 
 
@@ -176,6 +165,7 @@ def test_edge_lines(path: str, raw: bytes) -> None:
     agree(raw)
 
 
+@pytest.mark.slow  # hypothesis, DISTPROMPT_FUZZ_EXAMPLES cases (~7 s at the default)
 @FUZZ
 @given(case=shards(whole=True), short=st.booleans())
 def test_random_corruptions(case: tuple[bytes, str, bytes | None, int], short: bool) -> None:
@@ -252,6 +242,7 @@ def _shard(folder: str, lines: list[bytes], name: str = "a.jsonl") -> Shard:
     return Shard(path=path, name=name, size=path.stat().st_size)
 
 
+@pytest.mark.slow  # hypothesis over byte ranges and workers (~6 s)
 @FUZZ
 @given(case=shards(whole=True), unit=st.integers(1, 400), k=st.integers(1, 6))
 def test_units_merge_exactly(case: tuple[bytes, str, bytes | None, int], unit: int, k: int) -> None:
@@ -277,7 +268,7 @@ def test_units_merge_exactly(case: tuple[bytes, str, bytes | None, int], unit: i
 
 
 def test_workers_give_identical_results(tmp_path: Path) -> None:
-    rows = [json.dumps(_row(50 + i % 37, 10 + i % 11, seed=i)).encode() for i in range(400)]
+    rows = [json.dumps(random_row(50 + i % 37, 10 + i % 11, seed=i)).encode() for i in range(400)]
     rows[123] = b"not json"
     rows[300] = b""
     for i in range(0, 400, 50):
@@ -293,7 +284,7 @@ def test_workers_give_identical_results(tmp_path: Path) -> None:
 
 def test_iter_rows_fast_equals_full(tmp_path: Path) -> None:
     """iter_rows with either parser: the same rows, skips and first shard:line."""
-    lines = [c[1] for c in ROW_CASES] + EDGE_LINES + [serialize(_row(40, 5), "orjson")] * 3
+    lines = [c[1] for c in LINES] + EDGE_LINES + [serialize(random_row(40, 5), "orjson")] * 3
     shard = _shard(str(tmp_path), lines)
     out = []
     for parse in (parse_row, read_row):
@@ -310,7 +301,7 @@ def test_selected_candidates_are_read_back(tmp_path: Path) -> None:
     from distprompt.errors import InputError
     from distprompt.read.scan import load_candidates
 
-    rows = [json.dumps(_row(900 + i, 600 + i, seed=i)).encode() for i in range(5)]
+    rows = [json.dumps(random_row(900 + i, 600 + i, seed=i)).encode() for i in range(5)]
     shard = _shard(str(tmp_path), rows)
     part = scan([shard], max_candidates=10)
     cands = part.pools["s"].candidates()

@@ -7,7 +7,6 @@ every source is recovered, so the figures are those of the whole corpus, not of 
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -22,10 +21,14 @@ from distprompt.records import SuiteItem
 from distprompt.recover.template import learn_template
 from distprompt.recover.turns import recover_turns
 
-from conftest import REPO_ROOT, SAMPLES_DIR
+from conftest import SAMPLES_DIR
 
 MIN_TOKENS_SHARE = 0.98
 ALL_UNIQUE = 1000  # above every source's unique prompts: the suite holds each one once
+# Every test needs the session fixtures that build suites of all unique prompts with both
+# tokenizers (DeepSeek-V3 after regenerating the samples): ~90 s in all.
+pytestmark = pytest.mark.slow
+
 REASON_RE = re.compile(r"first differing token at index \d+ .*; prompt …'.*'… vs …'.*'…", re.S)
 
 
@@ -36,21 +39,6 @@ class Case:
     tokenizer: Any
     items: list[SuiteItem]
     manifest: dict[str, Any]
-
-
-def _load_make_samples() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "make_samples", REPO_ROOT / "scripts" / "make_samples.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="session")
-def make_samples() -> ModuleType:
-    return _load_make_samples()
 
 
 @pytest.fixture(scope="session")
@@ -178,8 +166,8 @@ def test_last_turn_rows_recover_earlier_assistant_turns(
     """Rows trained on the LAST assistant turn carry the earlier turns inside the prompt span."""
     enc = make_samples.Encoder(case.tokenizer)
     expected: dict[tuple[int, ...], list[tuple[str, list[str]]]] = {}
-    for _sid, source, gen, n_rows, opt in make_samples.SOURCES:
-        for conv in make_samples.plan_source(0, source, gen, n_rows, opt)[1]:
+    for _name, _source, convs in make_samples.load_conversations():
+        for conv in convs:
             if conv["train"] != "last":
                 continue
             msgs, tools = conv["messages"], conv.get("tools")

@@ -14,7 +14,7 @@ import pytest
 from distprompt import Report, Suite, build_suite, render_report
 from distprompt.choose.stratify import Quota
 from distprompt.cli import main
-from distprompt.records import Candidate, Provenance, SourceStats, SuiteItem
+from distprompt.records import Candidate, SourceStats, SuiteItem
 from distprompt.write.metrics import (
     ks_statistic,
     mean_nearest_distance,
@@ -25,7 +25,7 @@ from distprompt.write.metrics import (
 from distprompt.write.render import PLOT_NAMES
 from distprompt.write.report import REPORT_HTML, REPORT_JSON, REPORT_MD, build_report
 
-from factories import make_corpus
+from factories import candidate, make_corpus
 
 # --- metrics on known answers ----------------------------------------------------------------
 
@@ -62,25 +62,16 @@ def test_reference_space_appends_zscored_log_length() -> None:
     assert x[:, 3] == pytest.approx([-math.sqrt(1.5), 0.0, math.sqrt(1.5)])
 
 
-def _cand(i: int, source: str, n_prompt: int, n_resp: int) -> Candidate:
-    return Candidate(
-        key=i,
-        source=source,
-        prompt_ids=np.arange(n_prompt, dtype=np.int32),
-        prompt_mask=np.zeros(n_prompt, dtype=np.int8),
-        response_ids=np.arange(n_resp, dtype=np.int32),
-        n_response_tokens=n_resp,
-        provenance=Provenance(f"{source}.jsonl", i + 1, 0),
-    )
-
-
 def _groups(source: str, per: int = 10) -> tuple[list[Candidate], np.ndarray, SourceStats]:
     """Four groups of identical points: content e_g, prompt length 10 * 2**g, response 5(g+1)."""
     cands, content = [], []
     st = SourceStats()
     for g in range(4):
         for j in range(per):
-            cands.append(_cand(g * per + j, source, 10 * 2**g, 5 * (g + 1)))
+            i = g * per + j
+            cands.append(
+                candidate(i, source=source, n_prompt=10 * 2**g, n_resp=5 * (g + 1), line=i + 1)
+            )
             content.append(np.eye(4)[g])
             st.rows += 1
             st.prompt_lengths[10 * 2**g] += 1
@@ -234,6 +225,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory, qwen_tokenizer: Any) -> Pat
     )
 
 
+@pytest.mark.slow  # a build and a save with plots (~9 s)
 def test_build_suite_attaches_report_and_save_writes_it(
     corpus: Path, qwen_dir: Path, tmp_path: Path
 ) -> None:
@@ -280,6 +272,7 @@ def test_build_suite_attaches_report_and_save_writes_it(
     assert twin.report is not None and twin.report.to_json() == rep.to_json()
 
 
+@pytest.mark.slow  # an export and a re-render with plots (~10 s)
 def test_cli_report_rerenders(corpus: Path, qwen_dir: Path, tmp_path: Path, capsys: Any) -> None:
     out = tmp_path / "out"
     assert (

@@ -10,21 +10,8 @@ from hypothesis import strategies as st
 
 from distprompt.read.scan import BottomK, Partial, prompt_key, scan
 from distprompt.read.shards import discover_shards
-from distprompt.records import Candidate, Provenance
 
-from factories import chat_rows, write_shard
-
-
-def _cand(key: int, line: int = 1, shard: str = "s") -> Candidate:
-    return Candidate(
-        key=key,
-        source="x",
-        prompt_ids=np.array([key % 7], dtype=np.int32),
-        prompt_mask=np.zeros(1, dtype=np.int8),
-        response_ids=np.zeros(0, dtype=np.int32),
-        n_response_tokens=0,
-        provenance=Provenance(shard, line, 0),
-    )
+from factories import candidate, chat_rows, write_shard
 
 
 @settings(max_examples=200, deadline=None)
@@ -36,12 +23,12 @@ def _cand(key: int, line: int = 1, shard: str = "s") -> Candidate:
 def test_bottom_k_merge_equals_single_pass(keys: list[int], k: int, cut: int) -> None:
     whole = BottomK(k)
     for i, key in enumerate(keys):
-        whole.add(_cand(key, line=i + 1))
+        whole.add(candidate(key, shard="s", line=i + 1))
     a, b = BottomK(k), BottomK(k)
     for i, key in enumerate(keys[:cut]):
-        a.add(_cand(key, line=i + 1))
+        a.add(candidate(key, shard="s", line=i + 1))
     for i, key in enumerate(keys[cut:], start=cut):
-        b.add(_cand(key, line=i + 1))
+        b.add(candidate(key, shard="s", line=i + 1))
     merged = b.merge(a)  # order of merging must not matter
     want = sorted(set(keys))[:k]
     for pool in (whole, merged):
@@ -60,7 +47,7 @@ def test_distinct_estimate_is_close() -> None:
     rng = np.random.default_rng(0)
     pool = BottomK(500)
     for key in rng.integers(0, 2**63, size=20000, dtype=np.int64):
-        pool.add(_cand(int(key) * 2))
+        pool.add(candidate(int(key) * 2, shard="s"))
     est, exact = pool.distinct()
     assert not exact
     assert abs(est - 20000) / 20000 < 0.15

@@ -12,7 +12,7 @@ import pytest
 from distprompt.errors import DataError, InputError
 from distprompt.read.shards import discover_shards, find_shards, iter_rows, open_shard
 
-from factories import chat_rows, write_shard
+from factories import chat_rows, shard_with, write_shard
 
 
 @pytest.fixture(scope="module")
@@ -118,18 +118,6 @@ def test_plain_offset_seek(tmp_path: Path, rows) -> None:  # type: ignore[no-unt
         assert obj["input_ids"] == row.input_ids.tolist()
 
 
-def _shard_with(tmp_path: Path, rows, bad: bytes):  # type: ignore[no-untyped-def]
-    p = tmp_path / "bad.jsonl"
-    p.write_bytes(
-        b"".join(orjson.dumps(r) + b"\n" for r in rows[:2])
-        + bad
-        + b"\n"
-        + orjson.dumps(rows[2])
-        + b"\n"
-    )
-    return discover_shards(p)[0]
-
-
 @pytest.mark.parametrize(
     ("mutate", "reason"),
     [
@@ -144,7 +132,9 @@ def _shard_with(tmp_path: Path, rows, bad: bytes):  # type: ignore[no-untyped-de
 def test_bad_row_raises_or_skips(tmp_path: Path, rows, mutate, reason: str) -> None:  # type: ignore[no-untyped-def]
     r = json.loads(json.dumps(rows[5]))
     mutate(r)
-    shard = _shard_with(tmp_path, rows, orjson.dumps(r))
+    shard = discover_shards(
+        shard_with(tmp_path / "bad.jsonl", orjson.dumps(r), rows=rows, after=1)
+    )[0]
     with pytest.raises(DataError) as ei:
         list(iter_rows(shard))
     assert ei.value.reason == reason
