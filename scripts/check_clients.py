@@ -35,6 +35,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -269,6 +270,16 @@ def _handler(rec: Recorder) -> type[BaseHTTPRequestHandler]:
     return H
 
 
+class Server(ThreadingHTTPServer):
+    """The recording server. Clients open every request at once (SGLang and vLLM with an
+    infinite request rate): the default listen backlog of 5 overflows on a busy machine, the
+    kernel drops SYNs, and the clients either retry them with a growing back-off (minutes) or
+    give up on some requests, which looked like a client dropping items."""
+
+    request_queue_size = 4096
+    daemon_threads = True
+
+
 # --------------------------------------------------------------------------------------------
 # RUN.md
 # --------------------------------------------------------------------------------------------
@@ -368,14 +379,33 @@ def check_command(
     announced: int,
     warmup: bool,
     suite: Path,
+    bindir: Path,
+    temperature: float,
+) -> tuple[list[str], str]:
+    """Run one command against its own recording server; return what is wrong (empty: fine)
+    and its row of the log table."""
+    rec = Recorder()
+    server = Server(("127.0.0.1", 0), _handler(rec))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        return _check_command(cmd, announced, warmup, suite, rec, bindir, server, temperature)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _check_command(
+    cmd: str,
+    announced: int,
+    warmup: bool,
+    suite: Path,
     rec: Recorder,
     bindir: Path,
-    url: str,
+    server: Server,
     temperature: float,
-    log: list[str],
-) -> list[str]:
-    """Run one command; return what is wrong (empty: fine)."""
+) -> tuple[list[str], str]:
     errors: list[str] = []
+    url = f"http://127.0.0.1:{server.server_address[1]}"
     run = cmd.replace("<URL>", url).replace("<MODEL>", MODEL)
     env = dict(os.environ)
     env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"
@@ -403,7 +433,8 @@ def check_command(
         name += f" {ep.group(0)}"
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        return [f"{name}: exit {proc.returncode}\n{tail}"]
+        row = f"| {suite.name} | `{name}` | exit {proc.returncode} | | | | {dt:.0f} s | FAIL |"
+        return [f"{name}: exit {proc.returncode}\n{tail}"], row
     want = announced + (1 if warmup else 0)
     if len(reqs) != want:
         errors.append(
@@ -451,12 +482,16 @@ def check_command(
     errors = errors[:20]
     lo = min((k for k in lengths if k is not None), default=None)
     hi = max((k for k in lengths if k is not None), default=None)
-    log.append(
+    row = (
         f"| {suite.name} | `{name}` | {len(reqs)} | {announced}{' + 1' if warmup else ''} | "
         f"{lo}–{hi} | {sum(k for k in lengths.elements() if k is not None)} | {dt:.0f} s | "
         f"{'ok' if not errors else 'FAIL'} |"
     )
-    return errors
+    if len(reqs) != want:
+        # What the client said about the requests it did not send (connection errors, …).
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        errors.append(f"{name}: client output ends:\n{tail}")
+    return errors, row
 
 
 _DIFF = re.compile(r"\(difference: items — ([^)]*)\)")
@@ -598,55 +633,71 @@ def main(argv: list[str] | None = None) -> int:
         help="Run the by_source/ commands of only the first N sources of each suite (CI: each "
         "client start costs 15-30 s here); every other command always runs.",
     )
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=2,
+        help="Commands run at the same time, each against its own recording server.",
+    )
+    ap.add_argument(
+        "--venv-only",
+        action="store_true",
+        help="Build (or confirm) the client venv and stop: CI does this while the tests run.",
+    )
     args = ap.parse_args(argv)
     bindir = ensure_venv(args.venv)
+    if args.venv_only:
+        print(f"check_clients: client venv ready at {args.venv}", flush=True)
+        return 0
     suites = args.suite or build_suites(args.out)
-    rec = Recorder()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(rec))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
     failures: list[str] = []
     log = [
         "| suite | command | requests seen | RUN.md | output lengths | output tokens | time | |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    try:
-        for suite in suites:
-            text = (suite / "RUN.md").read_text(encoding="utf-8")
-            m = _TEMP.search(text)
-            if not m:
-                failures.append(f"{suite}: RUN.md states no temperature")
+    jobs: list[tuple[str, int, bool, Path, float]] = []
+    for suite in suites:
+        text = (suite / "RUN.md").read_text(encoding="utf-8")
+        m = _TEMP.search(text)
+        if not m:
+            failures.append(f"{suite}: RUN.md states no temperature")
+            continue
+        temperature = float(m.group(1))
+        tm = re.search(r"^Tokenizer: `([^`]*)`", text, re.M)
+        if tm and (suite / "sharegpt.json").is_file():
+            texts = [
+                t
+                for r in json.loads((suite / "sharegpt.json").read_text(encoding="utf-8"))
+                for t in (r["conversations"][0]["value"], r["conversations"][1]["value"])
+            ]
+            why = tokenizer_agreement(bindir, tm.group(1), texts)
+            if why:
+                print(f"check_clients: {suite.name}: {why}", flush=True)
+                failures.append(f"{suite.name}: {why}")
+        sources = sorted(set(re.findall(r"--dataset-path (by_source/\S+)", text)))
+        keep = set(sources[: args.by_source]) if args.by_source is not None else set(sources)
+        for cmd, n, warm in commands(text):
+            if args.only and args.only not in cmd:
                 continue
-            temperature = float(m.group(1))
-            tm = re.search(r"^Tokenizer: `([^`]*)`", text, re.M)
-            if tm and (suite / "sharegpt.json").is_file():
-                texts = [
-                    t
-                    for r in json.loads((suite / "sharegpt.json").read_text(encoding="utf-8"))
-                    for t in (r["conversations"][0]["value"], r["conversations"][1]["value"])
-                ]
-                why = tokenizer_agreement(bindir, tm.group(1), texts)
-                if why:
-                    print(f"check_clients: {suite.name}: {why}", flush=True)
-                    failures.append(f"{suite.name}: {why}")
-            sources = sorted(set(re.findall(r"--dataset-path (by_source/\S+)", text)))
-            keep = set(sources[: args.by_source]) if args.by_source is not None else set(sources)
-            for cmd, n, warm in commands(text):
-                if args.only and args.only not in cmd:
-                    continue
-                bs = re.search(r"--dataset-path (by_source/\S+)", cmd)
-                if bs and bs.group(1) not in keep:
-                    continue
-                errs = check_command(cmd, n, warm, suite, rec, bindir, url, temperature, log)
-                print(
-                    log[-1]
-                    if not errs or not errs[0].count("exit")
-                    else f"{suite.name}: {errs[0].splitlines()[0]}",
-                    flush=True,
-                )
-                failures += [f"{suite.name}: {e}" for e in errs]
-    finally:
-        server.shutdown()
+            bs = re.search(r"--dataset-path (by_source/\S+)", cmd)
+            if bs and bs.group(1) not in keep:
+                continue
+            jobs.append((cmd, n, warm, suite, temperature))
+    # Each command has its own recording server, so commands can run side by side: a client's
+    # start (imports, tokenizer) is most of its time and mostly one core.
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [
+            pool.submit(check_command, cmd, n, warm, suite, bindir, temp)
+            for cmd, n, warm, suite, temp in jobs
+        ]
+        for (_, _, _, suite, _), fut in zip(jobs, futures, strict=True):
+            errs, row = fut.result()
+            log.append(row)
+            print(
+                row if not errs or not errs[0].count("exit") else f"{suite.name}: {errs[0]}",
+                flush=True,
+            )
+            failures += [f"{suite.name}: {e}" for e in errs]
     print("\n".join(log))
     if failures:
         print("\ncheck_clients: FAILED\n" + "\n".join(failures), file=sys.stderr)
