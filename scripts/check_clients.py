@@ -2,13 +2,14 @@
 """Run every command of a suite's RUN.md with the pinned benchmark clients, against a local
 server that records each request body, and fail when RUN.md and the clients disagree.
 
-    python scripts/check_clients.py [--venv /work/client-venv] [--out DIR] [--suite DIR ...]
+    python scripts/check_clients.py [--venv DIR] [--out DIR] [--suite DIR ...] [--jobs N]
+                                    [--by-source N] [--only TEXT] [--venv-only]
 
 Without ``--suite`` it builds two suites from ``data_samples/`` (Qwen3 and DeepSeek-V3
 tokenizers, the packages of the ``samples`` extra) and checks both. The client venv is built
 from scratch when missing or made for other pins (``pip install torch==2.13.0`` takes this
-machine's CPU wheel; sglang and vllm come with ``--no-deps`` and only the packages their
-benchmark code imports). The pins are :data:`distprompt._plan.CLIENT_VERSIONS`: RUN.md prints
+machine's CPU wheel; everything else comes with uv; sglang and vllm with ``--no-deps`` and only
+the packages their benchmark code imports). The pins are :data:`distprompt._plan.CLIENT_VERSIONS`: RUN.md prints
 the same ones.
 
 A command fails the check when it exits non-zero, when the number of generation requests the
