@@ -2,12 +2,14 @@
 """Run every command of a suite's RUN.md with the pinned benchmark clients, against a local
 server that records each request body, and fail when RUN.md and the clients disagree.
 
-    python scripts/check_clients.py [--venv /work/client-venv] [--out DIR] [--suite DIR ...]
+    python scripts/check_clients.py [--venv DIR] [--out DIR] [--suite DIR ...] [--jobs N]
+                                    [--by-source N] [--only TEXT] [--venv-only]
 
-Without ``--suite`` it builds two suites from ``data_samples/`` (Qwen3 and DeepSeek-V3 tokenizers,
-the packages of the ``samples`` extra) and checks both. The client venv is built from scratch when
-missing or made for other pins (``pip install torch==2.13.0`` takes this machine's CPU wheel; sglang
-and vllm come with ``--no-deps`` and only the packages their benchmark code imports). The pins are
+Without ``--suite`` it builds two suites from ``data_samples/`` (Qwen3 and DeepSeek-V3
+tokenizers, the packages of the ``samples`` extra) and checks both. The client venv is built
+from scratch when missing or made for other pins (``pip install torch==2.13.0`` takes this
+machine's CPU wheel; everything else comes with uv; sglang and vllm with ``--no-deps`` and only
+the packages their benchmark code imports). The pins are
 :data:`distprompt.write.formats.CLIENT_VERSIONS`: RUN.md prints the same ones.
 
 A command fails the check when it exits non-zero, when the number of generation requests the
@@ -34,6 +36,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -104,6 +107,14 @@ def _pip(venv: Path, *args: str) -> None:
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *args], check=True)
 
 
+def _uv(venv: Path, *args: str) -> None:
+    """``uv pip install`` into the venv: parallel downloads, about 1 min for what pip takes
+    15+ min over here (its serial downloads of sglang's, vllm's and aiperf's wheels)."""
+    py = str(venv / "bin" / "python")
+    cmd = [str(venv / "bin" / "uv"), "pip", "install", "-q", "--python", py, *args]
+    subprocess.run(cmd, check=True, env={**os.environ, "UV_NO_PROGRESS": "1"})
+
+
 def ensure_venv(venv: Path) -> Path:
     """Build the client venv unless it exists for the same pins; returns its bin folder."""
     stamp = venv / "distprompt-clients.txt"
@@ -115,12 +126,13 @@ def ensure_venv(venv: Path) -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     cons = venv / "constraints.txt"
     cons.write_text(TORCH + "\n" + TRANSFORMERS + "\n")
-    _pip(venv, TORCH)
+    # pip for torch: it takes the machine's CPU wheel (pip's find-links); uv for the rest.
+    _pip(venv, TORCH, "uv")
     sg, vl = (p for p in pins() if p.startswith(("sglang", "vllm")))
-    _pip(venv, "--no-deps", sg, vl)
-    _pip(venv, "-c", str(cons), *(p for p in pins() if p.startswith(("guidellm", "aiperf"))))
-    _pip(venv, "-c", str(cons), *HELPERS)
-    _pip(venv, "--no-deps", sg, vl)  # a helper's resolver must not have moved them
+    _uv(venv, "--no-deps", sg, vl)
+    _uv(venv, "-c", str(cons), *(p for p in pins() if p.startswith(("guidellm", "aiperf"))))
+    _uv(venv, "-c", str(cons), *HELPERS)
+    _uv(venv, "--no-deps", sg, vl)  # a helper's resolver must not have moved them
     subprocess.run(
         [str(venv / "bin" / "python"), "-m", "pip", "uninstall", "-y", "-q", *REMOVE], check=False
     )
@@ -268,6 +280,16 @@ def _handler(rec: Recorder) -> type[BaseHTTPRequestHandler]:
     return H
 
 
+class Server(ThreadingHTTPServer):
+    """The recording server. Clients open every request at once (SGLang and vLLM with an
+    infinite request rate): the default listen backlog of 5 overflows on a busy machine, the
+    kernel drops SYNs, and the clients either retry them with a growing back-off (minutes) or
+    give up on some requests, which looked like a client dropping items."""
+
+    request_queue_size = 4096
+    daemon_threads = True
+
+
 # --------------------------------------------------------------------------------------------
 # RUN.md
 # --------------------------------------------------------------------------------------------
@@ -367,14 +389,33 @@ def check_command(
     announced: int,
     warmup: bool,
     suite: Path,
+    bindir: Path,
+    temperature: float,
+) -> tuple[list[str], str]:
+    """Run one command against its own recording server; return what is wrong (empty: fine)
+    and its row of the log table."""
+    rec = Recorder()
+    server = Server(("127.0.0.1", 0), _handler(rec))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        return _check_command(cmd, announced, warmup, suite, rec, bindir, server, temperature)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _check_command(
+    cmd: str,
+    announced: int,
+    warmup: bool,
+    suite: Path,
     rec: Recorder,
     bindir: Path,
-    url: str,
+    server: Server,
     temperature: float,
-    log: list[str],
-) -> list[str]:
-    """Run one command; return what is wrong (empty: fine)."""
+) -> tuple[list[str], str]:
     errors: list[str] = []
+    url = f"http://127.0.0.1:{server.server_address[1]}"
     run = cmd.replace("<URL>", url).replace("<MODEL>", MODEL)
     env = dict(os.environ)
     env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"
@@ -402,7 +443,8 @@ def check_command(
         name += f" {ep.group(0)}"
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        return [f"{name}: exit {proc.returncode}\n{tail}"]
+        row = f"| {suite.name} | `{name}` | exit {proc.returncode} | | | | {dt:.0f} s | FAIL |"
+        return [f"{name}: exit {proc.returncode}\n{tail}"], row
     want = announced + (1 if warmup else 0)
     if len(reqs) != want:
         errors.append(
@@ -450,12 +492,16 @@ def check_command(
     errors = errors[:20]
     lo = min((k for k in lengths if k is not None), default=None)
     hi = max((k for k in lengths if k is not None), default=None)
-    log.append(
+    row = (
         f"| {suite.name} | `{name}` | {len(reqs)} | {announced}{' + 1' if warmup else ''} | "
         f"{lo}–{hi} | {sum(k for k in lengths.elements() if k is not None)} | {dt:.0f} s | "
         f"{'ok' if not errors else 'FAIL'} |"
     )
-    return errors
+    if len(reqs) != want:
+        # What the client said about the requests it did not send (connection errors, …).
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        errors.append(f"{name}: client output ends:\n{tail}")
+    return errors, row
 
 
 _DIFF = re.compile(r"\(difference: items — ([^)]*)\)")
@@ -597,55 +643,71 @@ def main(argv: list[str] | None = None) -> int:
         help="Run the by_source/ commands of only the first N sources of each suite (CI: each "
         "client start costs 15-30 s here); every other command always runs.",
     )
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=2,
+        help="Commands run at the same time, each against its own recording server.",
+    )
+    ap.add_argument(
+        "--venv-only",
+        action="store_true",
+        help="Build (or confirm) the client venv and stop: CI does this while the tests run.",
+    )
     args = ap.parse_args(argv)
     bindir = ensure_venv(args.venv)
+    if args.venv_only:
+        print(f"check_clients: client venv ready at {args.venv}", flush=True)
+        return 0
     suites = args.suite or build_suites(args.out)
-    rec = Recorder()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(rec))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
     failures: list[str] = []
     log = [
         "| suite | command | requests seen | RUN.md | output lengths | output tokens | time | |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    try:
-        for suite in suites:
-            text = (suite / "RUN.md").read_text(encoding="utf-8")
-            m = _TEMP.search(text)
-            if not m:
-                failures.append(f"{suite}: RUN.md states no temperature")
+    jobs: list[tuple[str, int, bool, Path, float]] = []
+    for suite in suites:
+        text = (suite / "RUN.md").read_text(encoding="utf-8")
+        m = _TEMP.search(text)
+        if not m:
+            failures.append(f"{suite}: RUN.md states no temperature")
+            continue
+        temperature = float(m.group(1))
+        tm = re.search(r"^Tokenizer: `([^`]*)`", text, re.M)
+        if tm and (suite / "sharegpt.json").is_file():
+            texts = [
+                t
+                for r in json.loads((suite / "sharegpt.json").read_text(encoding="utf-8"))
+                for t in (r["conversations"][0]["value"], r["conversations"][1]["value"])
+            ]
+            why = tokenizer_agreement(bindir, tm.group(1), texts)
+            if why:
+                print(f"check_clients: {suite.name}: {why}", flush=True)
+                failures.append(f"{suite.name}: {why}")
+        sources = sorted(set(re.findall(r"--dataset-path (by_source/\S+)", text)))
+        keep = set(sources[: args.by_source]) if args.by_source is not None else set(sources)
+        for cmd, n, warm in commands(text):
+            if args.only and args.only not in cmd:
                 continue
-            temperature = float(m.group(1))
-            tm = re.search(r"^Tokenizer: `([^`]*)`", text, re.M)
-            if tm and (suite / "sharegpt.json").is_file():
-                texts = [
-                    t
-                    for r in json.loads((suite / "sharegpt.json").read_text(encoding="utf-8"))
-                    for t in (r["conversations"][0]["value"], r["conversations"][1]["value"])
-                ]
-                why = tokenizer_agreement(bindir, tm.group(1), texts)
-                if why:
-                    print(f"check_clients: {suite.name}: {why}", flush=True)
-                    failures.append(f"{suite.name}: {why}")
-            sources = sorted(set(re.findall(r"--dataset-path (by_source/\S+)", text)))
-            keep = set(sources[: args.by_source]) if args.by_source is not None else set(sources)
-            for cmd, n, warm in commands(text):
-                if args.only and args.only not in cmd:
-                    continue
-                bs = re.search(r"--dataset-path (by_source/\S+)", cmd)
-                if bs and bs.group(1) not in keep:
-                    continue
-                errs = check_command(cmd, n, warm, suite, rec, bindir, url, temperature, log)
-                print(
-                    log[-1]
-                    if not errs or not errs[0].count("exit")
-                    else f"{suite.name}: {errs[0].splitlines()[0]}",
-                    flush=True,
-                )
-                failures += [f"{suite.name}: {e}" for e in errs]
-    finally:
-        server.shutdown()
+            bs = re.search(r"--dataset-path (by_source/\S+)", cmd)
+            if bs and bs.group(1) not in keep:
+                continue
+            jobs.append((cmd, n, warm, suite, temperature))
+    # Each command has its own recording server, so commands can run side by side: a client's
+    # start (imports, tokenizer) is most of its time and mostly one core.
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [
+            pool.submit(check_command, cmd, n, warm, suite, bindir, temp)
+            for cmd, n, warm, suite, temp in jobs
+        ]
+        for (_, _, _, suite, _), fut in zip(jobs, futures, strict=True):
+            errs, row = fut.result()
+            log.append(row)
+            print(
+                row if not errs or not errs[0].count("exit") else f"{suite.name}: {errs[0]}",
+                flush=True,
+            )
+            failures += [f"{suite.name}: {e}" for e in errs]
     print("\n".join(log))
     if failures:
         print("\ncheck_clients: FAILED\n" + "\n".join(failures), file=sys.stderr)
