@@ -168,6 +168,32 @@ EDGE_LINES = [
     json.dumps(_row(3000, 700, seed=1), separators=(",", ":")).encode(),
     json.dumps(_row(3000, 3000, seed=2), separators=(",", ":")).encode(),
     json.dumps(_row(3000, 1, seed=3)).encode(),
+    # input_ids separated by ", " (json.dumps): checked on a copy without the spaces, so every
+    # other use of spaces must still be rejected or sent to the full parser
+    json.dumps(_row(3000, 700, seed=4), separators=(", ", ":")).encode(),
+    json.dumps({**_row(2000, 2000, seed=5), "input_ids": [151669] * 2000}).encode(),
+    json.dumps({**_row(2000, 9, seed=6), "input_ids": [7] * 1999 + [151668]}).encode(),
+    *[
+        b'{"input_ids": [' + body + b'], "loss_mask": [0, 1, 1], "seq_len": 3, '
+        b'"n_prompt_tokens": 2, "n_response_tokens": 1, "source": "s"}'
+        for body in (
+            b"1, 2, 3",
+            b"1,  2, 3",
+            b"1 , 2, 3",
+            b"1,2, 3",
+            b" 1, 2, 3",
+            b"1, 2, 3 ",
+            b"1, 2,\t3",
+            b"1, , 3",
+            b"1, 02, 3",
+            b"1, -2, 3",
+            b"1, 2, 3, 4",
+            b"1, 2",
+            b"1, 2.0, 3",
+            b"1, 2e0, 3",
+            b"1, 2, 99999999999999999999",
+        )
+    ],
 ]
 
 
@@ -325,3 +351,14 @@ def test_selected_candidates_are_read_back(tmp_path: Path) -> None:
     shard.path.write_bytes(b"\n".join(reversed(rows)) + b"\n")
     with pytest.raises(InputError, match="changed"):
         load_candidates(cands, [shard])
+
+
+@pytest.mark.parametrize("seps", [(",", ":"), (", ", ": "), (", ", ":"), (",", ": ")])
+def test_both_spellings_take_the_byte_checks(seps: tuple[str, str]) -> None:
+    """orjson's compact lines and json.dumps's ``", "`` lines are both read by the byte checks
+    (not handed to the full parser), with the full parser's values."""
+    raw = json.dumps(_row(3000, 700, seed=9), separators=seps).encode()
+    assert len(raw) > fastrow.SHORT_LINE
+    view = read_row(raw, shard="s.jsonl", line=1, offset=0, id_limit=160000)
+    assert isinstance(view, fastrow.LineView)
+    agree(raw)
