@@ -362,3 +362,28 @@ def test_both_spellings_take_the_byte_checks(seps: tuple[str, str]) -> None:
     view = read_row(raw, shard="s.jsonl", line=1, offset=0, id_limit=160000)
     assert isinstance(view, fastrow.LineView)
     agree(raw)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl.gz", ".jsonl.zst"])
+def test_compressed_candidates_are_read_back(tmp_path: Path, suffix: str) -> None:
+    """Pools of compressed shards hold windows only too; load_candidates reads the selected
+    rows back in one pass over the stream (a stream cannot be seeked), stopping at the last."""
+    from distprompt.sample import load_candidates
+
+    from factories import write_shard
+
+    rows = [_row(900 + i, 600 + i, seed=i) for i in range(6)]
+    write_shard(tmp_path / "s" / f"a{suffix}", rows)
+    found = discover_shards(tmp_path)
+    part = scan(found, max_candidates=10)
+    cands = part.pools["s"].candidates()
+    assert all(not c.loaded and c.window is not None for c in cands)
+    some = [c for c in cands if c.provenance.line in (2, 5)]
+    full = load_candidates(some, found)
+    assert sorted(c.provenance.line for c in full) == [2, 5]
+    for c in full:
+        r = rows[c.provenance.line - 1]
+        n = r["n_prompt_tokens"]
+        assert c.prompt_ids is not None and c.prompt_ids.tolist() == r["input_ids"][:n]
+        assert c.prompt_mask is not None and c.prompt_mask.tolist() == r["loss_mask"][:n]
+        assert c.response_ids is not None and len(c.response_ids) == c.first_response_length
