@@ -448,21 +448,18 @@ def _lines_at(shard: Shard, offsets: Sequence[int], max_line_bytes: int) -> list
     out: list[bytes | None] = []
     if shard.name.endswith(".jsonl"):
         for off in offsets:
-            with contextlib.closing(
-                iter_lines(shard, max_line_bytes=max_line_bytes, start=off)
-            ) as lines:
-                first = next(lines, None)
+            # the generator (and its file) is closed as soon as it is dropped
+            first = next(iter_lines(shard, max_line_bytes=max_line_bytes, start=off), None)
             out.append(None if first is None else first[2])
         return out
     found: dict[int, bytes | None] = {}
     want = set(offsets)
     last = max(offsets, default=-1)
-    with contextlib.closing(iter_lines(shard, max_line_bytes=max_line_bytes)) as lines:
-        for _, off, raw in lines:
-            if off in want:
-                found[off] = raw
-            if off >= last:
-                break
+    for _, off, raw in iter_lines(shard, max_line_bytes=max_line_bytes):
+        if off in want:
+            found[off] = raw
+        if off >= last:
+            break
     return [found.get(off) for off in offsets]
 
 
