@@ -52,9 +52,16 @@ def main() -> int:
 
     docs = pool(a.pool)
     lengths = np.array([len(d) for d in docs])
+    # As in export: scikit-learn and scipy imported while the pass runs, selection on one
+    # BLAS thread (distprompt.pipeline._one_thread).
+    import sklearn.decomposition
+    import sklearn.feature_extraction.text  # noqa: F401
+    from threadpoolctl import threadpool_limits
+
     t = time.perf_counter()
-    feats = vectorize(docs)
-    sel = select(feats, a.k, method="herding")
+    with threadpool_limits(limits=1):
+        feats = vectorize(docs)
+        sel = select(feats, a.k, method="herding")
     t_dp = time.perf_counter() - t
     t = time.perf_counter()
     rnd = np.random.default_rng(0).choice(len(docs), size=a.k, replace=False)

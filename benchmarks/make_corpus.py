@@ -6,10 +6,12 @@ outputs) holding ~80 % of the bytes; two medium agent sources; many short chat, 
 and reasoning rows (glaive the largest by rows). Every row is a perturbed copy of a real
 ``data_samples/`` row (a few prompt tokens replaced by other tokens of the same prompt, never the
 template markers at either end), so prompts stay unique and the ids stay in the vocabulary.
-Seeded and deterministic. Written compact (``orjson``), as the users' writers do.
+Seeded and deterministic. Written as Python's ``json.dumps`` writes (``", "`` and ``": "``
+separators: the users' writers) or, with ``--spelling compact``, as ``orjson`` writes.
 
 Usage:
     python benchmarks/make_corpus.py --out /work/bench-data/c1 --size-gb 1.5 [--gz] [--zst]
+        [--spelling json|compact]
 """
 
 from __future__ import annotations
@@ -59,10 +61,15 @@ def _perturb(prompt: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return p
 
 
+#: ``"json"``: the separators of Python's ``json.dumps`` (what users' files hold), ``"compact"``:
+#: orjson's. Set by ``--spelling``.
+SPELLING = "json"
+
+
 def _row(prompt: np.ndarray, resp: np.ndarray, resp_mask: np.ndarray, source: str) -> bytes:
     ids = np.concatenate([prompt, resp]).astype(np.int64)
     mask = np.concatenate([np.zeros(prompt.shape[0], np.int64), resp_mask.astype(np.int64)])
-    return orjson.dumps(
+    line = orjson.dumps(
         {
             "input_ids": ids,
             "loss_mask": mask,
@@ -73,6 +80,11 @@ def _row(prompt: np.ndarray, resp: np.ndarray, resp_mask: np.ndarray, source: st
         },
         option=orjson.OPT_SERIALIZE_NUMPY,
     )
+    if SPELLING == "json":
+        # no string of a row holds "," or ":" (keys and source names), so this is exactly what
+        # json.dumps writes
+        line = line.replace(b",", b", ").replace(b":", b": ")
+    return line
 
 
 class _Pieces:
@@ -208,7 +220,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gz", type=Path, default=None, help="also write a .jsonl.gz copy here")
     ap.add_argument("--zst", type=Path, default=None, help="also write a .jsonl.zst copy here")
+    ap.add_argument(
+        "--spelling",
+        choices=("json", "compact"),
+        default="json",
+        help='separators: "json" as json.dumps writes (", " and ": "), "compact" as orjson',
+    )
     a = ap.parse_args()
+    global SPELLING
+    SPELLING = a.spelling
     t = time.perf_counter()
     stats = make(a.out, a.size_gb, a.seed)
     if a.gz:
@@ -218,6 +238,7 @@ def main() -> None:
     total = {k: sum(s[k] for s in stats.values()) for k in ("rows", "bytes", "tokens")}
     total["prompt_tokens"] = sum(s["prompt_tokens"] for s in stats.values())
     stats["total"] = total
+    stats["spelling"] = a.spelling  # type: ignore[assignment]
     stats["seconds"] = round(time.perf_counter() - t, 1)
     (a.out.parent / f"{a.out.name}.shape.json").write_text(json.dumps(stats, indent=1))
     print(json.dumps(stats, indent=1))

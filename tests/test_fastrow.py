@@ -157,6 +157,32 @@ EDGE_LINES = [
     json.dumps(random_row(3000, 700, seed=1), separators=(",", ":")).encode(),
     json.dumps(random_row(3000, 3000, seed=2), separators=(",", ":")).encode(),
     json.dumps(random_row(3000, 1, seed=3)).encode(),
+    # input_ids separated by ", " (json.dumps): checked on a copy without the spaces, so every
+    # other use of spaces must still be rejected or sent to the full parser
+    json.dumps(random_row(3000, 700, seed=4), separators=(", ", ":")).encode(),
+    json.dumps({**random_row(2000, 2000, seed=5), "input_ids": [151669] * 2000}).encode(),
+    json.dumps({**random_row(2000, 9, seed=6), "input_ids": [7] * 1999 + [151668]}).encode(),
+    *[
+        b'{"input_ids": [' + body + b'], "loss_mask": [0, 1, 1], "seq_len": 3, '
+        b'"n_prompt_tokens": 2, "n_response_tokens": 1, "source": "s"}'
+        for body in (
+            b"1, 2, 3",
+            b"1,  2, 3",
+            b"1 , 2, 3",
+            b"1,2, 3",
+            b" 1, 2, 3",
+            b"1, 2, 3 ",
+            b"1, 2,\t3",
+            b"1, , 3",
+            b"1, 02, 3",
+            b"1, -2, 3",
+            b"1, 2, 3, 4",
+            b"1, 2",
+            b"1, 2.0, 3",
+            b"1, 2e0, 3",
+            b"1, 2, 99999999999999999999",
+        )
+    ],
 ]
 
 
@@ -316,3 +342,39 @@ def test_selected_candidates_are_read_back(tmp_path: Path) -> None:
     shard.path.write_bytes(b"\n".join(reversed(rows)) + b"\n")
     with pytest.raises(InputError, match="changed"):
         load_candidates(cands, [shard])
+
+
+@pytest.mark.parametrize("seps", [(",", ":"), (", ", ": "), (", ", ":"), (",", ": ")])
+def test_both_spellings_take_the_byte_checks(seps: tuple[str, str]) -> None:
+    """orjson's compact lines and json.dumps's ``", "`` lines are both read by the byte checks
+    (not handed to the full parser), with the full parser's values."""
+    raw = json.dumps(random_row(3000, 700, seed=9), separators=seps).encode()
+    assert len(raw) > fastrow.SHORT_LINE
+    view = read_row(raw, shard="s.jsonl", line=1, offset=0, id_limit=160000)
+    assert isinstance(view, fastrow.LineView)
+    agree(raw)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl.gz", ".jsonl.zst"])
+def test_compressed_candidates_are_read_back(tmp_path: Path, suffix: str) -> None:
+    """Pools of compressed shards hold windows only too; load_candidates reads the selected
+    rows back in one pass over the stream (a stream cannot be seeked), stopping at the last."""
+    from distprompt.read.scan import load_candidates
+
+    from factories import write_shard
+
+    rows = [random_row(900 + i, 600 + i, seed=i) for i in range(6)]
+    write_shard(tmp_path / "s" / f"a{suffix}", rows)
+    found = discover_shards(tmp_path)
+    part = scan(found, max_candidates=10)
+    cands = part.pools["s"].candidates()
+    assert all(not c.loaded and c.window is not None for c in cands)
+    some = [c for c in cands if c.provenance.line in (2, 5)]
+    full = load_candidates(some, found)
+    assert sorted(c.provenance.line for c in full) == [2, 5]
+    for c in full:
+        r = rows[c.provenance.line - 1]
+        n = r["n_prompt_tokens"]
+        assert c.prompt_ids is not None and c.prompt_ids.tolist() == r["input_ids"][:n]
+        assert c.prompt_mask is not None and c.prompt_mask.tolist() == r["loss_mask"][:n]
+        assert c.response_ids is not None and len(c.response_ids) == c.first_response_length

@@ -217,7 +217,9 @@ def build_suite(
     if verdict.mismatch is not None:
         # On top of every rendering of the report (report.md, report.html, the CLI line).
         report = dataclasses.replace(report, summary=f"{_failed_banner(verdict)} {report.summary}")
-    return Suite(items, manifest, report=report)
+    suite = Suite(items, manifest, report=report)
+    suite._tokenizer = tok
+    return suite
 
 
 def export_suite(

@@ -62,8 +62,10 @@ def _counts(docs: Sequence[np.ndarray], vocab_hint: int) -> Any:
         lengths[i + 1] = a.shape[0]
     c = np.concatenate(cols) if cols else np.zeros(0, dtype=np.int32)
     del cols
+    # Counts summed in float32 (exact below 2**24) and widened once compacted: the largest
+    # temporary arrays of selection at half the size.
     m = sparse.csr_matrix(
-        (np.ones(c.shape[0], dtype=np.float64), c, np.cumsum(lengths)),
+        (np.ones(c.shape[0], dtype=np.float32), c, np.cumsum(lengths)),
         shape=(len(docs), n_cols),
     )
     del c
@@ -75,12 +77,16 @@ def _counts(docs: Sequence[np.ndarray], vocab_hint: int) -> Any:
         keep = df >= 1
     remap = (np.cumsum(keep) - 1).astype(np.int32)
     mask = keep[m.indices]
-    kept_before = np.concatenate([[0], np.cumsum(mask)])
-    indptr = kept_before[m.indptr]
-    out = sparse.csr_matrix(
-        (m.data[mask], remap[m.indices[mask]], indptr), shape=(len(docs), max(1, int(keep.sum())))
+    kept_before = np.zeros(
+        mask.shape[0] + 1, dtype=np.int64 if mask.shape[0] >= 2**31 else np.int32
     )
-    return out
+    np.cumsum(mask, out=kept_before[1:])
+    indptr = kept_before[m.indptr]
+    del kept_before
+    data = m.data[mask].astype(np.float64)
+    indices = remap[m.indices[mask]]
+    del m, mask
+    return sparse.csr_matrix((data, indices, indptr), shape=(len(docs), max(1, int(keep.sum()))))
 
 
 def _budget(prompts: Sequence[np.ndarray], budget: int) -> Sequence[np.ndarray]:

@@ -5,9 +5,11 @@ A training row is mostly its response: ``input_ids`` and ``loss_mask`` of tens o
 tokens, of which the pass needs the prompt prefix and a few counts. :func:`read_row` checks the
 two arrays as bytes, without building a number or a list for them:
 
-- each array body holds only digits and commas (the compact form every JSON writer of integer
-  lists produces; ``loss_mask`` may also use ``", "``), no empty element, no leading zero, and
-  as many elements as ``seq_len``; every ``loss_mask`` element is ``0`` or ``1``;
+- each array body holds only digits and commas, or digits and ``", "`` separators (the two forms
+  JSON writers of integer lists produce: orjson's compact one and Python's ``json.dumps``), no
+  empty element, no leading zero, and as many elements as ``seq_len``; every ``loss_mask``
+  element is ``0`` or ``1``; in a body written with ``", "`` every space follows a comma and
+  every comma is followed by one (the other checks then read the spaces as separators);
 - the ids stay below the limit (the tokenizer's vocabulary, else ``2**63``): numbers of fewer
   digits than the limit are below it, longer ones are not, and only numbers of the limit's
   length are compared;
@@ -136,10 +138,11 @@ class FullView(RowView):
 class LineView(RowView):
     """A :class:`RowView` over the raw line, checked by :func:`read_row`."""
 
-    __slots__ = ("_digits", "_i0", "_i1", "_j0", "_j1", "_limit", "_raw", "_stride")
+    __slots__ = ("_digits", "_i0", "_i1", "_j0", "_j1", "_limit", "_raw", "_sep", "_stride")
     _raw: bytes
     _i0: int  # input_ids body: raw[_i0:_i1]
     _i1: int
+    _sep: int  # bytes per input_ids separator (1 for ",", 2 for ", ")
     _j0: int  # loss_mask body: raw[_j0:_j1]
     _j1: int
     _stride: int  # bytes per loss_mask element (2 for "0,", 3 for "0, ")
@@ -174,9 +177,9 @@ class LineView(RowView):
         if end <= start:
             return np.zeros(0, dtype=np.int64)
         a = np.frombuffer(self._raw, np.uint8, count=self._i1 - self._i0, offset=self._i0)
-        bound = min(a.shape[0], end * (self._digits + 1))
+        bound = min(a.shape[0], end * (self._digits + self._sep))
         commas = np.flatnonzero(a[:bound] == 44)
-        lo = 0 if start == 0 else int(commas[start - 1]) + 1
+        lo = 0 if start == 0 else int(commas[start - 1]) + self._sep
         hi = a.shape[0] if end >= self.seq_len else int(commas[end - 1])
         return _parse_ints(self._raw[self._i0 + lo : self._i0 + hi])
 
@@ -370,19 +373,30 @@ def _fast(raw: bytes, shard: str, line: int, offset: int, id_limit: int | None) 
         or n_resp < 0
     ):
         return None
-    # input_ids: digits and commas only, seq_len elements, no empty one, no leading zero
+    # input_ids: digits and commas only (or digits and ", ", as json.dumps writes), seq_len
+    # elements, no empty one, no leading zero
     n = i1 - i0
     a = np.frombuffer(raw, np.uint8, count=n, offset=i0)
-    if a.max() > 57 or a.min() < 44:
+    sep = 1  # bytes per separator
+    if raw.find(b" ", i0, i1) >= 0:
+        sp = a == 32
+        if sp[0] or not np.array_equal(a[:-1] == 44, sp[1:]):
+            return None  # a space not after a comma, or a comma without its space
+        if a.max() > 57 or np.any((a < 44) != sp):
+            return None  # a byte other than a digit, a comma or the space after one
+        sep = 2
+    elif a.max() > 57 or a.min() < 44:
         return None
     if raw.find(b"-", i0, i1) >= 0 or raw.find(b".", i0, i1) >= 0 or raw.find(b"/", i0, i1) >= 0:
         return None
     dig = a >= 48
-    n_commas = n - int(np.count_nonzero(dig))
+    n_commas = (n - int(np.count_nonzero(dig))) // sep
     if n_commas + 1 != seq_len or not dig[0] or not dig[-1]:
         return None
-    if n_commas and not np.all(dig[1:] | dig[:-1]):
+    if sep == 1 and n_commas and not np.all(dig[1:] | dig[:-1]):
         return None  # an empty element
+    if sep == 2 and np.any(sp[:-1] & (a[1:] == 44)):
+        return None  # an empty element (", , ": every comma has its space)
     if n > 1:
         zero = a[:-1] == 48
         zero &= dig[1:]  # a 0 followed by a digit ...
@@ -442,10 +456,10 @@ def _fast(raw: bytes, shard: str, line: int, offset: int, id_limit: int | None) 
     if n_prompt == seq_len:
         end = n
     else:
-        bound = min(n, n_prompt * (digits + 1))
+        bound = min(n, n_prompt * (digits + sep))
         commas = np.flatnonzero(a[:bound] == 44)
         end = int(commas[n_prompt - 1])
-    prompt = _parse_ints(raw[i0 : i0 + end])
+    prompt = _parse_ints(raw[i0 : i0 + end])  # numpy skips the space after each comma
     if prompt.shape[0] != n_prompt:
         return None
     v = LineView.__new__(LineView)
@@ -457,6 +471,7 @@ def _fast(raw: bytes, shard: str, line: int, offset: int, id_limit: int | None) 
     v.prompt_ids = prompt
     v.trained_turns = turns
     v._raw = raw
+    v._sep = sep
     v._i0, v._i1, v._j0, v._j1 = i0, i1, j0, j1
     v._stride = stride
     v._digits = digits

@@ -255,9 +255,9 @@ def scan_unit(
     first: dict[str, str] = {}
     n = 0
     limit = vocab_size if vocab_size is not None else getattr(check, "vocab_size", None)
-    # Candidates of plain shards are read back by offset when selected; a compressed stream
-    # cannot be seeked, so its candidates hold their prompt and response.
-    hold = not shard.name.endswith(".jsonl")
+    # Candidates are read back when selected: by offset from a plain shard, in one pass over
+    # a compressed stream (which cannot be seeked); the pool holds windows and lengths only.
+    hold = False
     lines = [0]
     for row in iter_rows(
         shard,
@@ -358,7 +358,6 @@ def load_candidates(
             read (the file changed since).
     """
     from distprompt.errors import InputError
-    from distprompt.read.shards import iter_lines
 
     by_name = {s.name: s for s in shards}
     out = list(cands)
@@ -368,16 +367,17 @@ def load_candidates(
             todo.setdefault(c.provenance.shard, []).append(i)
     for name, idx in todo.items():
         shard = by_name[name]
-        for i in sorted(idx, key=lambda j: out[j].provenance.offset):
+        order = sorted(idx, key=lambda j: out[j].provenance.offset)
+        at = _lines_at(shard, [out[i].provenance.offset for i in order], max_line_bytes)
+        for i, raw in zip(order, at, strict=True):
             c = out[i]
             p = c.provenance
             row = None
-            for _, _, raw in iter_lines(shard, max_line_bytes=max_line_bytes, start=p.offset):
+            if raw is not None:
                 try:
                     row = FullView(parse_row(raw, shard=name, line=p.line, offset=p.offset))
                 except DataError:
                     row = None
-                break
             if row is None or prompt_key(row.prompt_ids, seed=seed) != c.key:
                 raise InputError(
                     f"{name}:{p.line}: expected the row read before at byte {p.offset}, found "
@@ -391,6 +391,29 @@ def load_candidates(
                 response_ids=_compact(row.ids(start, end)),
             )
     return out
+
+
+def _lines_at(shard: Shard, offsets: Sequence[int], max_line_bytes: int) -> list[bytes | None]:
+    """The lines starting at ``offsets`` (ascending; None where no line starts): by seeking in
+    a plain shard, in one pass up to the last of them in a compressed one."""
+    from distprompt.read.shards import iter_lines
+
+    out: list[bytes | None] = []
+    if shard.name.endswith(".jsonl"):
+        for off in offsets:
+            # the generator (and its file) is closed as soon as it is dropped
+            first = next(iter_lines(shard, max_line_bytes=max_line_bytes, start=off), None)
+            out.append(None if first is None else first[2])
+        return out
+    found: dict[int, bytes | None] = {}
+    want = set(offsets)
+    last = max(offsets, default=-1)
+    for _, off, raw in iter_lines(shard, max_line_bytes=max_line_bytes):
+        if off in want:
+            found[off] = raw
+        if off >= last:
+            break
+    return [found.get(off) for off in offsets]
 
 
 def _flag(part: Partial, row: Row | RowView, reason: str) -> None:

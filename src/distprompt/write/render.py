@@ -47,10 +47,13 @@ def _pyplot() -> Any:
     return plt
 
 
-def _png(fig: Any) -> bytes:
+def _png(fig: Any, *, tight: bool = True) -> bytes:
+    """PNG bytes of ``fig``; ``tight=False`` for figures laid out by hand (a tight bounding box
+    draws the whole figure twice)."""
     plt = _pyplot()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=_DPI, bbox_inches="tight", metadata={"Software": None})
+    bbox = "tight" if tight else None
+    fig.savefig(buf, format="png", dpi=_DPI, bbox_inches=bbox, metadata={"Software": None})
     plt.close(fig)
     return buf.getvalue()
 
@@ -153,8 +156,10 @@ def _length_plot(report: Report, key: str) -> bytes:
         va="top",
     )
     # Fixed spacing (room for the two-line titles): tight_layout would draw the figure once more.
-    fig.subplots_adjust(hspace=0.75, wspace=0.3, top=1 - 0.85 / height)
-    return _png(fig)
+    fig.subplots_adjust(
+        hspace=0.75, wspace=0.3, top=1 - 0.85 / height, left=0.05, right=0.98, bottom=0.3 / height
+    )
+    return _png(fig, tight=False)
 
 
 def _coverage_plot(report: Report) -> bytes:

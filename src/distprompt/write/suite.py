@@ -52,6 +52,8 @@ class Suite:
         self.items: tuple[SuiteItem, ...] = tuple(items)
         self.manifest = manifest
         self._report = report
+        # The tokenizer build_suite loaded, for save (a second load costs seconds).
+        self._tokenizer: Any = None
 
     def __iter__(self) -> Iterator[SuiteItem]:
         return iter(self.items)
@@ -134,7 +136,13 @@ class Suite:
                 tmp,
                 formats=fmts,
                 tokenizer_name=tok_name,
-                tokenizer=tokenizer if tokenizer is not None else _reload_tokenizer(tok_name),
+                tokenizer=(
+                    tokenizer
+                    if tokenizer is not None
+                    else self._tokenizer
+                    if self._tokenizer is not None
+                    else _reload_tokenizer(tok_name)
+                ),
                 temperature=temperature,
                 ignore_eos=ignore_eos,
             )
