@@ -26,6 +26,7 @@ from distprompt.read import fastrow
 from distprompt.read.fastrow import FullView, read_row
 from distprompt.read.scan import scan
 from distprompt.read.shards import discover_shards, iter_rows
+from distprompt.read.tally import Tally
 from distprompt.read.validate import parse_row
 from distprompt.records import Shard
 from test_fuzz import EXAMPLES, REQUIRED, serialize, shards, valid_rows
@@ -254,10 +255,10 @@ def _partial_view(part: Any) -> Any:
         pools,
         stats,
         {s: p.distinct() for s, p in part.pools.items()},
-        dict(part.skipped),
-        dict(part.first_skip),
-        dict(part.anomalies),
-        dict(part.first_anomaly),
+        dict(part.tally.skipped),
+        dict(part.tally.first_skip),
+        dict(part.tally.anomalies),
+        dict(part.tally.first_anomaly),
         part.shard_rows,
     )
 
@@ -314,10 +315,9 @@ def test_iter_rows_fast_equals_full(tmp_path: Path) -> None:
     shard = _shard(str(tmp_path), lines)
     out = []
     for parse in (parse_row, read_row):
-        skipped: dict[str, int] = {}
-        first: dict[str, str] = {}
-        rows = list(iter_rows(shard, skipped=skipped, first_skip=first, parse=parse))
-        out.append(([(r.provenance, r.prompt_ids.tolist()) for r in rows], skipped, first))
+        tally = Tally(on_error="skip")
+        rows = list(iter_rows(shard, tally=tally, parse=parse))
+        out.append(([(r.provenance, r.prompt_ids.tolist()) for r in rows], tally))
     assert out[0] == out[1]
 
 

@@ -37,6 +37,7 @@ from hypothesis import strategies as st
 from distprompt.errors import DataError, DistpromptError
 from distprompt.read.scan import scan
 from distprompt.read.shards import iter_rows
+from distprompt.read.tally import Tally
 from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES
 from distprompt.records import Shard
 
@@ -515,10 +516,10 @@ def check_reader(text: bytes, suffix: str, compressed: bytes | None, limit: int)
             text, whole = readable(compressed, suffix)
         lines = oracle(text, limit)
         # skipping: every valid row kept, in order, with its provenance; every bad line counted
-        skipped: dict[str, int] = {}
-        blank: dict[str, int] = {}
+        tally = Tally(on_error="skip")
+        skipped, blank = tally.skipped, tally.anomalies
         try:
-            got = list(iter_rows(shard, skipped=skipped, anomalies=blank, max_line_bytes=limit))
+            got = list(iter_rows(shard, tally=tally, max_line_bytes=limit))
         except DistpromptError as exc:  # only an unreadable file may stop a skipping read
             pytest.fail(f"skipping read raised {type(exc).__name__}: {exc}")
         corrupt = skipped.pop("corrupt_stream", 0)
@@ -582,11 +583,11 @@ def test_scan_counts_every_row(case: tuple[bytes, str, bytes | None, int]) -> No
         assert sum(st_.rows for st_ in part.stats.values()) == len(in_vocab)
         n_bad = sum(ln.verdict == "bad" for ln in lines)
         oov = len(valid) - len(in_vocab)
-        assert sum(part.skipped.values()) == n_bad + oov
-        assert part.skipped.get("id_out_of_vocab", 0) == oov
-        assert part.anomalies.get("blank_line", 0) == sum(ln.verdict is None for ln in lines)
+        assert sum(part.tally.skipped.values()) == n_bad + oov
+        assert part.tally.skipped.get("id_out_of_vocab", 0) == oov
+        assert part.tally.anomalies.get("blank_line", 0) == sum(ln.verdict is None for ln in lines)
         sums = sum(r["n_prompt_tokens"] + r["n_response_tokens"] != r["seq_len"] for r in in_vocab)
-        assert part.anomalies.get("length_sum_mismatch", 0) == sums
+        assert part.tally.anomalies.get("length_sum_mismatch", 0) == sums
         try:
             scan([shard], max_candidates=1000, vocab_size=VOCAB, max_line_bytes=limit)
         except DistpromptError as exc:

@@ -39,6 +39,7 @@ from distprompt.cli import main
 from distprompt.errors import CorruptStreamError, DataError
 from distprompt.read.scan import scan
 from distprompt.read.shards import discover_shards, iter_lines, iter_rows
+from distprompt.read.tally import Tally
 from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES
 from distprompt.write.out_dir import MANIFEST_NAME, prepare_out_dir
 from distprompt.write.suite import SUITE_NAME
@@ -183,8 +184,8 @@ def test_bad_row(
     # library, skipping: the four valid rows are kept, the bad one counted by reason
     part = _scan(tmp_path, skip=True)
     assert part.stats["chat"].rows == 4
-    assert dict(part.skipped) == {reason: 1}
-    assert part.first_skip == {reason: "sub/bad.jsonl:3"}
+    assert dict(part.tally.skipped) == {reason: 1}
+    assert part.tally.first_skip == {reason: "sub/bad.jsonl:3"}
     # CLI, default: one readable line, exit 2, nothing written
     assert_one_error(export(tmp_path / "data"), "sub/bad.jsonl:3", needle)
 
@@ -288,9 +289,9 @@ def test_blank_lines_crlf_and_bom(tmp_path: Path, export: Callable[..., Run]) ->
     path = data / "s.jsonl"
     path.write_bytes(body)
     (shard,) = discover_shards(data)
-    anomalies: dict[str, int] = {}
-    first: dict[str, str] = {}
-    got = list(iter_rows(shard, anomalies=anomalies, first_anomaly=first))  # default: raise
+    tally = Tally()  # on_error="raise", the default
+    anomalies, first = tally.anomalies, tally.first_anomaly
+    got = list(iter_rows(shard, tally=tally))
     assert [r.input_ids.tolist() for r in got] == [r["input_ids"] for r in rows]
     assert [r.provenance.line for r in got] == [1, 3, 5, 6, 9, 10]
     assert anomalies == {"blank_line": 4} and first == {"blank_line": "s.jsonl:2"}
@@ -347,14 +348,14 @@ def test_line_too_long(tmp_path: Path, suffix: str) -> None:
         list(iter_rows(shard, max_line_bytes=limit))
     assert ei.value.reason == "line_too_long" and ei.value.line == 3
     assert str(ei.value).startswith(f"s{suffix}:3: expected a JSON line of reasonable size")
-    skipped: dict[str, int] = {}
-    got = list(iter_rows(shard, skipped=skipped, max_line_bytes=limit))
-    assert skipped == {"line_too_long": 1}
+    tally = Tally(on_error="skip")
+    got = list(iter_rows(shard, tally=tally, max_line_bytes=limit))
+    assert tally.skipped == {"line_too_long": 1}
     assert [r.provenance.line for r in got] == [1, 2, 4, 5]
     assert [r.provenance.offset for r in got][2] == body.index(dumps(rows[2]))
     # a line of exactly the limit is fine, one byte more is not
     exact = len(dumps(rows[0]))
-    assert len(list(iter_rows(shard, skipped={}, max_line_bytes=exact))) >= 1
+    assert len(list(iter_rows(shard, tally=Tally(on_error="skip"), max_line_bytes=exact))) >= 1
     lines = list(iter_lines(shard, max_line_bytes=exact))
     assert lines[0][2] == dumps(rows[0])
 
@@ -370,13 +371,15 @@ _PEAK_RSS = textwrap.dedent(
     from pathlib import Path
     import numpy, orjson  # imported before the baseline
     from distprompt.read.shards import iter_rows
+    from distprompt.read.tally import Tally
     from distprompt.records import Shard
     path = Path(sys.argv[1])
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    skipped = {}
+    tally = Tally(on_error="skip")
     shard = Shard(path, path.name, path.stat().st_size)
-    rows = [r.provenance.line for r in iter_rows(shard, skipped=skipped)]
+    rows = [r.provenance.line for r in iter_rows(shard, tally=tally)]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    skipped = dict(tally.skipped)
     print(orjson.dumps({"growth_kib": peak - base, "skipped": skipped, "rows": rows}).decode())
     """
 )
@@ -510,9 +513,9 @@ def test_corrupt_zst(tmp_path: Path, export: Callable[..., Run], damage: str) ->
     assert not run.out.exists() and leftovers(run.out.parent) == []
     with pytest.raises(CorruptStreamError):
         list(iter_rows(discover_shards(path)[0]))
-    skipped: dict[str, int] = {}
-    kept = list(iter_rows(discover_shards(path)[0], skipped=skipped))
-    assert skipped == {"corrupt_stream": 1}
+    tally = Tally(on_error="skip")
+    kept = list(iter_rows(discover_shards(path)[0], tally=tally))
+    assert tally.skipped == {"corrupt_stream": 1}
     if damage in ("cut_tail", "garbage_after"):
         assert len(kept) == len(rows)  # nothing readable is lost
 

@@ -53,8 +53,8 @@ def _summary(p: Partial) -> dict[str, Any]:
     return {
         "stats": {s: (st.rows, sorted(st.prompt_lengths.items())) for s, st in p.stats.items()},
         "pools": {s: [(c.key, c.provenance) for c in b.candidates()] for s, b in p.pools.items()},
-        "skipped": dict(p.skipped),
-        "first_skip": dict(p.first_skip),
+        "skipped": dict(p.tally.skipped),
+        "first_skip": dict(p.tally.first_skip),
         "shard_rows": dict(p.shard_rows),
     }
 

@@ -11,6 +11,7 @@ import pytest
 
 from distprompt.errors import DataError, InputError
 from distprompt.read.shards import discover_shards, find_shards, iter_rows, open_shard
+from distprompt.read.tally import Tally
 
 from factories import chat_rows, shard_with, write_shard
 
@@ -139,12 +140,11 @@ def test_bad_row_raises_or_skips(tmp_path: Path, rows, mutate, reason: str) -> N
         list(iter_rows(shard))
     assert ei.value.reason == reason
     assert str(ei.value).startswith("bad.jsonl:3: expected")
-    skipped: dict[str, int] = {}
-    first: dict[str, str] = {}
-    kept = list(iter_rows(shard, skipped=skipped, first_skip=first))
+    tally = Tally(on_error="skip")
+    kept = list(iter_rows(shard, tally=tally))
     assert len(kept) == 3
-    assert skipped == {reason: 1}
-    assert first == {reason: "bad.jsonl:3"}
+    assert tally.skipped == {reason: 1}
+    assert tally.first_skip == {reason: "bad.jsonl:3"}
 
 
 def test_gzip_stream_is_not_loaded_whole(tmp_path: Path, rows) -> None:  # type: ignore[no-untyped-def]

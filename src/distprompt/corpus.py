@@ -278,10 +278,10 @@ def corpus_info(
             total_lengths=dict(sorted(st.seq_lengths.items())),
         )
     anomalies: dict[str, Anomaly] = {}
-    for kind, n in part.skipped.items():
-        anomalies[kind] = Anomaly(kind, n, part.first_skip.get(kind, "?"), skipped=True)
-    for kind, n in part.anomalies.items():
-        anomalies[kind] = Anomaly(kind, n, part.first_anomaly.get(kind, "?"), skipped=False)
+    for kind, n in part.tally.skipped.items():
+        anomalies[kind] = Anomaly(kind, n, part.tally.first_skip.get(kind, "?"), skipped=True)
+    for kind, n in part.tally.anomalies.items():
+        anomalies[kind] = Anomaly(kind, n, part.tally.first_anomaly.get(kind, "?"), skipped=False)
     return CorpusInfo(
         shards=tuple(
             ShardFigures(name=s.name, bytes=s.size, rows=part.shard_rows.get(s.name, 0))

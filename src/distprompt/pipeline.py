@@ -135,16 +135,17 @@ def build_suite(
             "tokenizer check failed, the suite is written anyway (--no-tokenizer-check): "
             + "; ".join(verdict.mismatch.splitlines())
         )
-    if part.skipped:
-        total_skipped = sum(part.skipped.values())
+    if part.tally.skipped:
+        total_skipped = sum(part.tally.skipped.values())
         detail = ", ".join(
-            f"{r}: {n} (first at {part.first_skip.get(r, '?')})"
-            for r, n in sorted(part.skipped.items())
+            f"{r}: {n} (first at {part.tally.first_skip.get(r, '?')})"
+            for r, n in sorted(part.tally.skipped.items())
         )
         _warn(f"skipped {total_skipped} bad rows — {detail}")
     if not part.stats:
         # An empty suite would look like a finished export; refuse before anything is written.
-        why = f"{sum(part.skipped.values())} bad rows skipped" if part.skipped else "no rows"
+        skipped = part.tally.skipped
+        why = f"{sum(skipped.values())} bad rows skipped" if skipped else "no rows"
         raise InputError(
             f"{data}: expected at least one valid row in {len(shards)} shard(s), found none "
             f"({why}); check DATA and the bad-row counts"
@@ -733,10 +734,10 @@ def _manifest(
         "counts": {
             "rows": sum(st.rows for st in part.stats.values()),
             "items": len(items),
-            "skipped": dict(sorted(part.skipped.items())),
-            "first_skipped": dict(sorted(part.first_skip.items())),
+            "skipped": dict(sorted(part.tally.skipped.items())),
+            "first_skipped": dict(sorted(part.tally.first_skip.items())),
             "anomalies": {
-                k: v for k, v in sorted(part.anomalies.items()) if k not in _MARKER_FLAGS
+                k: v for k, v in sorted(part.tally.anomalies.items()) if k not in _MARKER_FLAGS
             },
             # Only when some shard was left out: a complete run's manifest does not change.
             **({"failed_shards": dict(sorted(part.failed.items()))} if part.failed else {}),

@@ -14,7 +14,6 @@ import functools
 import hashlib
 import heapq
 import logging
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -24,6 +23,7 @@ import numpy as np
 from distprompt.errors import CorruptStreamError, DataError, InputError, TokenizerError
 from distprompt.read.fastrow import FullView, RowView, read_row
 from distprompt.read.shards import iter_rows, open_shard, split_shard
+from distprompt.read.tally import Tally, rebase_where
 from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES, parse_row
 from distprompt.records import Candidate, Row, Shard, SourceStats, feature_window
 
@@ -131,10 +131,7 @@ class Partial:
     k: int
     stats: dict[str, SourceStats] = field(default_factory=dict)
     pools: dict[str, BottomK] = field(default_factory=dict)
-    skipped: Counter[str] = field(default_factory=Counter)
-    first_skip: dict[str, str] = field(default_factory=dict)
-    anomalies: Counter[str] = field(default_factory=Counter)
-    first_anomaly: dict[str, str] = field(default_factory=dict)
+    tally: Tally = field(default_factory=Tally)
     shard_rows: dict[str, int] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)  # shard -> why its task kept failing
 
@@ -143,14 +140,7 @@ class Partial:
             self.stats.setdefault(src, SourceStats()).merge(st)
         for src, pool in other.pools.items():
             self.pools.setdefault(src, BottomK(self.k)).merge(pool)
-        self.skipped.update(other.skipped)
-        self.anomalies.update(other.anomalies)
-        for d, od in (
-            (self.first_skip, other.first_skip),
-            (self.first_anomaly, other.first_anomaly),
-        ):
-            for reason, where in od.items():
-                d[reason] = min(d.get(reason, where), where, key=_where_key)
+        self.tally.merge(other.tally)
         for name, n in other.shard_rows.items():
             self.shard_rows[name] = self.shard_rows.get(name, 0) + n
         self.failed.update(other.failed)
@@ -161,14 +151,7 @@ class Partial:
         lines count from its start)."""
         for pool in self.pools.values():
             pool.rebase(shard, base)
-        for d in (self.first_skip, self.first_anomaly):
-            for reason, where in d.items():
-                d[reason] = _rebase_where(where, shard, base)
-
-
-def _where_key(where: str) -> tuple[str, int]:
-    shard, _, line = where.rpartition(":")
-    return shard, int(line) if line.isdigit() else 0
+        self.tally.rebase(shard, base)
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,9 +233,7 @@ def scan_unit(
             stream is truncated or corrupt.
     """
     shard = unit.shard
-    part = Partial(k=max_candidates)
-    skipped: dict[str, int] = {}
-    first: dict[str, str] = {}
+    part = Partial(k=max_candidates, tally=Tally(on_error="skip" if skip_bad_rows else "raise"))
     n = 0
     limit = vocab_size if vocab_size is not None else getattr(check, "vocab_size", None)
     # Candidates are read back when selected: by offset from a plain shard, in one pass over
@@ -261,10 +242,7 @@ def scan_unit(
     lines = [0]
     for row in iter_rows(
         shard,
-        skipped=skipped if skip_bad_rows else None,
-        first_skip=first,
-        anomalies=part.anomalies,
-        first_anomaly=part.first_anomaly,
+        tally=part.tally,
         max_line_bytes=max_line_bytes,
         parse=functools.partial(read_row, id_limit=limit),
         start=unit.start,
@@ -274,11 +252,10 @@ def scan_unit(
         if vocab_size is not None:
             top = row.top_id(vocab_size)
             if top is not None:
-                where = f"{row.provenance.shard}:{row.provenance.line}"
-                if not skip_bad_rows:
-                    # A bad row like any other: whether the tokenizer is wrong is for the
-                    # tokenizer checks to say, on the valid rows.
-                    raise DataError(
+                # A bad row like any other: whether the tokenizer is wrong is for the tokenizer
+                # checks to say, on the valid rows.
+                part.tally.bad(
+                    DataError(
                         row.provenance.shard,
                         row.provenance.line,
                         "id_out_of_vocab",
@@ -287,8 +264,7 @@ def scan_unit(
                         "another tokenizer — check with `distprompt inspect DATA --tokenizer "
                         "TOK`, pass the matching --tokenizer, or --on-error skip to skip such rows",
                     )
-                skipped["id_out_of_vocab"] = skipped.get("id_out_of_vocab", 0) + 1
-                first.setdefault("id_out_of_vocab", where)
+                )
                 continue
         _add_row(part, row, seed=seed, hold=hold)
         if check is not None:
@@ -297,8 +273,6 @@ def scan_unit(
         n += 1
         if on_row is not None:
             on_row(row.provenance.offset)
-    part.skipped.update(skipped)
-    part.first_skip.update(first)
     part.shard_rows[shard.name] = n
     return UnitResult(part, lines[0])
 
@@ -417,8 +391,7 @@ def _lines_at(shard: Shard, offsets: Sequence[int], max_line_bytes: int) -> list
 
 
 def _flag(part: Partial, row: Row | RowView, reason: str) -> None:
-    part.anomalies[reason] += 1
-    part.first_anomaly.setdefault(reason, f"{row.provenance.shard}:{row.provenance.line}")
+    part.tally.anomaly(reason, f"{row.provenance.shard}:{row.provenance.line}")
     part.stats[row.source].flags[reason] += 1
 
 
@@ -434,13 +407,6 @@ def _scan_star(args: tuple[Unit, dict[str, Any]]) -> _UnitOutcome:
         return exc
 
 
-def _rebase_where(where: str, shard: str, base: int) -> str:
-    name, _, line = where.rpartition(":")
-    if name != shard or not line.isdigit():
-        return where
-    return f"{name}:{int(line) + base}"
-
-
 def _rebase_error(exc: Exception, shard: str, base: int) -> Exception:
     """The error of a unit with its line counted from the start of the shard."""
     if not base:
@@ -452,7 +418,7 @@ def _rebase_error(exc: Exception, shard: str, base: int) -> Exception:
     msg = str(exc)
     where, sep, rest = msg.partition(": ")
     if sep and where.rpartition(":")[0] == shard:
-        return type(exc)(f"{_rebase_where(where, shard, base)}: {rest}")
+        return type(exc)(f"{rebase_where(where, shard, base)}: {rest}")
     return exc
 
 

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from distprompt.errors import CorruptStreamError, DataError, InputError
+from distprompt.read.tally import Tally
 from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES, parse_row
 from distprompt.read.zstd import check_whole, open_zstd
 from distprompt.records import SHARD_SUFFIXES, UNSUPPORTED_SUFFIXES, Shard, is_shard_file
@@ -599,10 +600,7 @@ def split_shard(shard: Shard, unit_bytes: int) -> list[tuple[int, int | None]]:
 def iter_rows(
     shard: Shard,
     *,
-    skipped: dict[str, int] | None = None,
-    first_skip: dict[str, str] | None = None,
-    anomalies: dict[str, int] | None = None,
-    first_anomaly: dict[str, str] | None = None,
+    tally: Tally | None = None,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     parse: Callable[..., Any] = parse_row,
     start: int = 0,
@@ -613,12 +611,11 @@ def iter_rows(
 
     Args:
         shard: The shard to read.
-        skipped: When given, bad rows are counted here by reason and skipped; when None, the
-            first bad row raises :class:`DataError`. A truncated or corrupt compressed stream is
-            counted once under ``corrupt_stream`` (the rows before it are kept).
-        first_skip: When given with ``skipped``, the first ``shard:line`` of each reason.
-        anomalies: When given, blank lines are counted here under ``blank_line``.
-        first_anomaly: When given with ``anomalies``, the first ``shard:line`` of each.
+        tally: Where bad rows and anomalies go. With ``on_error="skip"`` bad rows are counted
+            by reason and skipped, and a truncated or corrupt compressed stream is counted once
+            under ``corrupt_stream`` (the rows before it are kept); with ``"raise"`` (and when
+            None) the first bad row raises :class:`DataError`. Blank lines are counted as the
+            anomaly ``blank_line``.
         max_line_bytes: Longer lines are refused (``line_too_long``) without being held in
             memory.
         parse: Turns ``(raw, shard=, line=, offset=)`` into the row yielded (raising
@@ -631,14 +628,18 @@ def iter_rows(
     both modes and counted as an anomaly. An empty shard is logged as a warning.
 
     Raises:
-        DataError: A bad row, unless ``skipped`` is given.
-        InputError: The shard cannot be read; :class:`CorruptStreamError` (unless ``skipped`` is
-            given) when a compressed stream is truncated or corrupt.
+        DataError: A bad row, unless the tally skips them.
+        InputError: The shard cannot be read; :class:`CorruptStreamError` (unless the tally
+            skips bad rows) when a compressed stream is truncated or corrupt.
 
     Example:
-        >>> skipped: dict[str, int] = {}
-        >>> rows = list(iter_rows(discover_shards("data")[0], skipped=skipped))  # doctest: +SKIP
+        >>> tally = Tally(on_error="skip")
+        >>> rows = list(iter_rows(discover_shards("data")[0], tally=tally))  # doctest: +SKIP
+        >>> tally.skipped  # doctest: +SKIP
+        Counter({'not_json': 1})
     """
+    if tally is None:
+        tally = Tally()
     lineno = 0
     try:
         for lineno, offset, raw in iter_lines(
@@ -646,24 +647,18 @@ def iter_rows(
         ):
             # isspace() scans in place; strip() would copy every (possibly huge) line.
             if raw is not None and (not raw or raw.isspace()):
-                if anomalies is not None:
-                    anomalies["blank_line"] = anomalies.get("blank_line", 0) + 1
-                    if first_anomaly is not None:
-                        first_anomaly.setdefault("blank_line", f"{shard.name}:{lineno}")
+                tally.anomaly("blank_line", f"{shard.name}:{lineno}")
                 continue
             try:
                 row = parse(raw, shard=shard.name, line=lineno, offset=offset)
             except DataError as exc:
-                if skipped is None:
-                    raise
-                _count(skipped, first_skip, exc.reason, f"{exc.shard}:{exc.line}")
+                tally.bad(exc)
                 continue
             yield row
     except CorruptStreamError as exc:
-        if skipped is None:
+        if tally.on_error == "raise":
             raise
-        where = str(exc).split(": ", 1)[0]
-        _count(skipped, first_skip, "corrupt_stream", where)
+        tally.skip("corrupt_stream", str(exc).split(": ", 1)[0])
         logger.warning("%s", exc)
         return
     finally:
@@ -671,9 +666,3 @@ def iter_rows(
             lines[0] = lineno
     if lineno == 0 and start == 0 and end is None:
         logger.warning("%s: an empty shard (no lines), nothing to read", shard.name)
-
-
-def _count(counts: dict[str, int], first: dict[str, str] | None, reason: str, where: str) -> None:
-    counts[reason] = counts.get(reason, 0) + 1
-    if first is not None:
-        first.setdefault(reason, where)

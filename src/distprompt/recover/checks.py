@@ -293,8 +293,8 @@ def _rows_check(
         n = max((st.flags.get(r, 0) for r in reasons), default=0)
         if n:
             by_source[src] = n
-    failed = max((part.anomalies.get(r, 0) for r in reasons), default=0)
-    firsts = [part.first_anomaly[r] for r in reasons if r in part.first_anomaly]
+    failed = max((part.tally.anomalies.get(r, 0) for r in reasons), default=0)
+    firsts = [part.tally.first_anomaly[r] for r in reasons if r in part.tally.first_anomaly]
     first = min(firsts, key=_loc_key) if firsts else None
     passed = failed <= MISMATCH_SHARE * total_rows
     if failed:
@@ -307,8 +307,8 @@ def _rows_check(
 
 def _vocab_check(part: Any, total_rows: int, vocab_size: int) -> Check:
     """``vocabulary``: out-of-vocabulary rows are bad rows; only none in the vocabulary fails."""
-    bad = int(part.skipped.get("id_out_of_vocab", 0))
-    first = part.first_skip.get("id_out_of_vocab")
+    bad = int(part.tally.skipped.get("id_out_of_vocab", 0))
+    first = part.tally.first_skip.get("id_out_of_vocab")
     read = bad + total_rows
     what = f"token ids >= the vocabulary size {vocab_size}"
     if not bad:
