@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import re
 from array import array
+from typing import TypeVar
 
 import numpy as np
 import orjson
@@ -218,6 +219,31 @@ class ListView(RowView):
         return self._ids[start:end]
 
 
+_V = TypeVar("_V", bound=RowView)
+
+
+def _view(
+    cls: type[_V],
+    source: str,
+    seq_len: int,
+    n_prompt: int,
+    n_resp: int,
+    provenance: Provenance,
+    prompt_ids: np.ndarray,
+    trained_turns: int,
+) -> _V:
+    """A view with the fields every :class:`RowView` has (no ``__init__``: the hot path)."""
+    v = cls.__new__(cls)
+    v.source = source
+    v.seq_len = seq_len
+    v.n_prompt_tokens = n_prompt
+    v.n_response_tokens = n_resp
+    v.provenance = provenance
+    v.prompt_ids = prompt_ids
+    v.trained_turns = trained_turns
+    return v
+
+
 #: Lines up to this size are parsed whole (:class:`ListView`), longer ones checked as bytes.
 SHORT_LINE = 8 << 10
 
@@ -261,14 +287,9 @@ def _short(raw: bytes, shard: str, line: int, offset: int) -> ListView | None:
         return None
     if m.translate(None, b"\x00\x01") or int(arr.min()) < 0:
         return None
-    v = ListView.__new__(ListView)
-    v.source = source
-    v.seq_len = seq_len
-    v.n_prompt_tokens = n_prompt
-    v.n_response_tokens = n_resp
-    v.provenance = Provenance(shard=shard, line=line, offset=offset)
-    v.prompt_ids = arr[:n_prompt]
-    v.trained_turns = m.count(b"\x00\x01") + (m[0] == 1)
+    where = Provenance(shard=shard, line=line, offset=offset)
+    turns = m.count(b"\x00\x01") + (m[0] == 1)
+    v = _view(ListView, source, seq_len, n_prompt, n_resp, where, arr[:n_prompt], turns)
     v._ids = arr
     v._mask = m
     return v
@@ -462,14 +483,8 @@ def _fast(raw: bytes, shard: str, line: int, offset: int, id_limit: int | None) 
     prompt = _parse_ints(raw[i0 : i0 + end])  # numpy skips the space after each comma
     if prompt.shape[0] != n_prompt:
         return None
-    v = LineView.__new__(LineView)
-    v.source = source
-    v.seq_len = seq_len
-    v.n_prompt_tokens = n_prompt
-    v.n_response_tokens = n_resp
-    v.provenance = Provenance(shard=shard, line=line, offset=offset)
-    v.prompt_ids = prompt
-    v.trained_turns = turns
+    where = Provenance(shard=shard, line=line, offset=offset)
+    v = _view(LineView, source, seq_len, n_prompt, n_resp, where, prompt, turns)
     v._raw = raw
     v._sep = sep
     v._i0, v._i1, v._j0, v._j1 = i0, i1, j0, j1

@@ -118,19 +118,17 @@ def sharegpt_drops(items: Sequence[SuiteItem], tokenizer: Any) -> dict[str, Shar
             p + o > VLLM_SHAREGPT_MAX_TOTAL,
             o < VLLM_SHAREGPT_MIN_LEN,
         )
-        for key, flag in zip(vllm_reasons, v_flags, strict=True):
-            vllm_reasons[key] += flag
-        if any(v_flags):
-            v_ids.append(it.id)
-        else:
-            v_kept[it.id] = o
         s_flags = (p < SGLANG_SHAREGPT_MIN_LEN, o < SGLANG_SHAREGPT_MIN_LEN)
-        for key, flag in zip(sglang_reasons, s_flags, strict=True):
-            sglang_reasons[key] += flag
-        if any(s_flags):
-            s_ids.append(it.id)
-        else:
-            s_kept[it.id] = o
+        for flags, reasons, ids, kept in (
+            (v_flags, vllm_reasons, v_ids, v_kept),
+            (s_flags, sglang_reasons, s_ids, s_kept),
+        ):
+            for key, flag in zip(reasons, flags, strict=True):
+                reasons[key] += flag
+            if any(flags):
+                ids.append(it.id)
+            else:
+                kept[it.id] = o
     return {
         "vllm": ShareGptDrops("vllm", len(v_ids), vllm_reasons, tuple(v_ids), v_kept),
         "sglang": ShareGptDrops("sglang", len(s_ids), sglang_reasons, tuple(s_ids), s_kept),
