@@ -214,3 +214,23 @@ def candidate(
         n_response_tokens=n_resp,
         provenance=Provenance(shard if shard is not None else f"{source}.jsonl", line, 0),
     )
+
+
+def grouped_candidates(source: str, per: int = 10) -> tuple[list[Any], np.ndarray, Any]:
+    """Four groups of ``per`` identical candidates and their :class:`SourceStats`: content
+    ``e_g`` (returned as the matrix), prompt length ``10 * 2**g``, response length ``5(g+1)``."""
+    from distprompt.records import SourceStats
+
+    cands, content = [], []
+    st = SourceStats()
+    for g in range(4):
+        for j in range(per):
+            i = g * per + j
+            cands.append(
+                candidate(i, source=source, n_prompt=10 * 2**g, n_resp=5 * (g + 1), line=i + 1)
+            )
+            content.append(np.eye(4)[g])
+            st.rows += 1
+            st.prompt_lengths[10 * 2**g] += 1
+            st.response_lengths[5 * (g + 1)] += 1
+    return cands, np.array(content), st
