@@ -6,74 +6,22 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
 import pytest
 
 from distprompt import Report, Suite, build_suite, render_report
-from distprompt.choose.stratify import Quota
 from distprompt.cli import main
-from distprompt.records import Candidate, SuiteItem
-from distprompt.write.metrics import ks_statistic, measure_source
+from distprompt.write.metrics import ks_statistic
 from distprompt.write.render import PLOT_NAMES
-from distprompt.write.report import REPORT_HTML, REPORT_JSON, REPORT_MD, build_report
+from distprompt.write.report import REPORT_HTML, REPORT_JSON, REPORT_MD
 
-from factories import grouped_candidates, make_corpus
+from factories import make_corpus, two_source_report
 
 # --- the report model on known answers -------------------------------------------------------
 
 
-def _items(cands: list[Candidate], idx: list[int], weights: list[float]) -> list[SuiteItem]:
-    return [
-        SuiteItem(
-            id=f"{cands[i].source}-{i}",
-            source=cands[i].source,
-            prompt=f"prompt {i}",
-            n_prompt_tokens=cands[i].n_prompt_tokens,
-            n_response_tokens=cands[i].n_response_tokens,
-            max_tokens=1,
-            cluster=j,
-            cluster_size=10,
-            weight=w,
-            provenance=cands[i].provenance,
-            prompt_ids=tuple(int(t) for t in cands[i].prompt_ids),
-        )
-        for j, (i, w) in enumerate(zip(idx, weights, strict=True))
-    ]
-
-
-def _two_source_report() -> Report:
-    a, ca, sa = grouped_candidates("a", per=10)  # 40 rows
-    b, cb, sb = grouped_candidates("b", per=5)  # 20 rows
-    ev = {
-        "a": measure_source(
-            a,
-            [0, 10, 20, 30],
-            [0.25] * 4,
-            stats=sa,
-            content=ca,
-            log_length=np.log([c.n_prompt_tokens for c in a]),
-            seed=0,
-        ),
-        "b": measure_source(
-            b,
-            [0, 5],
-            [0.5, 0.5],
-            stats=sb,
-            content=cb,
-            log_length=np.log([c.n_prompt_tokens for c in b]),
-            seed=0,
-        ),
-    }
-    items = _items(a, [0, 10, 20, 30], [0.25] * 4) + _items(b, [0, 5], [0.5, 0.5])
-    quotas = {"a": Quota("a", 4, 4), "b": Quota("b", 4, 4)}
-    return build_report(
-        ev, stats={"a": sa, "b": sb}, quotas=quotas, items=items, meta={"method": "test"}
-    )
-
-
 def test_build_report_shares_and_overall() -> None:
-    rep = _two_source_report()
+    rep = two_source_report()
     a, b = rep.sources["a"], rep.sources["b"]
     assert a["share"] == {
         "corpus": pytest.approx(40 / 60),
@@ -101,7 +49,7 @@ def test_build_report_shares_and_overall() -> None:
 
 
 def test_report_files_roundtrip_and_rerender(tmp_path: Path) -> None:
-    rep = _two_source_report()
+    rep = two_source_report()
     written = rep.write(tmp_path)
     assert set(written) == {REPORT_JSON, REPORT_MD, REPORT_HTML, *PLOT_NAMES}
     for name in PLOT_NAMES:
