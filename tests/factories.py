@@ -6,7 +6,7 @@ Rows come in two kinds: rendered with a real tokenizer's chat template (:func:`r
 chat-template markers). Every builder returns the row as the dict a shard line holds
 (:func:`as_row`); :func:`dumps`/:func:`lines_of`/:func:`write_shard`/:func:`shard_with` write
 them. Candidates: :func:`candidate`, :func:`grouped_candidates`; a small report on them:
-:func:`two_source_report`.
+:func:`two_source_report`. Suite items: :func:`suite_item`.
 """
 
 from __future__ import annotations
@@ -293,3 +293,24 @@ def two_source_report() -> Any:
     return build_report(
         ev, stats={"a": sa, "b": sb}, quotas=quotas, items=items, meta={"method": "test"}
     )
+
+
+def suite_item(n: int, *, source: str = "s", **fields: Any) -> Any:
+    """A :class:`~distprompt.records.SuiteItem` ``<source>-<n>`` from ``<source>.jsonl`` line
+    ``n + 1``: prompt ``"p"`` of one id, no response, weight 1; ``fields`` override any field."""
+    from distprompt.records import Provenance, SuiteItem
+
+    base: dict[str, Any] = {
+        "id": f"{source}-{n}",
+        "source": source,
+        "prompt": "p",
+        "n_prompt_tokens": 1,
+        "n_response_tokens": 0,
+        "max_tokens": 0,
+        "cluster": 0,
+        "cluster_size": 1,
+        "weight": 1.0,
+        "provenance": Provenance(f"{source}.jsonl", n + 1, 0),
+        "prompt_ids": (1,),
+    }
+    return SuiteItem(**{**base, **fields})

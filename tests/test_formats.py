@@ -10,29 +10,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distprompt.errors import ConfigError
-from distprompt.records import Provenance, SuiteItem
+from distprompt.records import SuiteItem
 from distprompt.write import formats
 from distprompt.write.formats import FORMATS, Plan, check_formats, checked_formats
+
+from factories import suite_item
 
 
 def _item(
     n: int, messages: list[dict[str, Any]] | None, *, source: str = "s", fidelity: str = "tokens"
 ) -> SuiteItem:
-    return SuiteItem(
-        id=f"{source}-{n}",
-        source=source,
-        prompt="p",
-        n_prompt_tokens=1,
-        n_response_tokens=0,
-        max_tokens=0,
-        cluster=0,
-        cluster_size=1,
-        weight=1.0,
-        provenance=Provenance(f"{source}.jsonl", n + 1, 0),
-        prompt_ids=(1,),
-        messages=tuple(messages) if messages is not None else None,
-        fidelity=fidelity,
-    )
+    msgs = tuple(messages) if messages is not None else None
+    item: SuiteItem = suite_item(n, source=source, messages=msgs, fidelity=fidelity)
+    return item
 
 
 def test_format_names_are_checked_and_deduplicated_in_order() -> None:

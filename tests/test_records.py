@@ -20,7 +20,7 @@ from distprompt.records import (
     is_shard_file,
 )
 
-from factories import candidate
+from factories import candidate, suite_item
 
 
 def test_feature_window_keeps_short_prompts_and_the_ends_of_long_ones() -> None:
@@ -52,15 +52,13 @@ def test_candidate_lengths_and_features_with_and_without_held_ids() -> None:
 
 
 def test_suite_item_survives_a_json_line() -> None:
-    item = SuiteItem(
-        id="chat-1",
+    item = suite_item(
+        1,
         source="chat",
         prompt="<|im_start|>user\nhé 🎉<|im_end|>\n",
         n_prompt_tokens=3,
         n_response_tokens=5,
         max_tokens=5,
-        cluster=0,
-        cluster_size=4,
         weight=0.25,
         provenance=Provenance("a/b.jsonl", 3, 120),
         prompt_ids=(1, 2, 3),

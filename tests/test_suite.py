@@ -9,11 +9,10 @@ import orjson
 import pytest
 
 from distprompt.errors import InputError, OutputError
-from distprompt.records import Provenance, SuiteItem
 from distprompt.write.out_dir import MANIFEST_NAME
 from distprompt.write.suite import SUITE_NAME, Suite
 
-from factories import chat_rows
+from factories import chat_rows, suite_item
 
 
 @pytest.fixture
@@ -24,17 +23,15 @@ def suite(qwen_tokenizer: Any, qwen_dir: Path) -> Suite:
     for i, row in enumerate(chat_rows(qwen_tokenizer, "chat", 3, seed=2)):
         ids = row["input_ids"][: row["n_prompt_tokens"]]
         items.append(
-            SuiteItem(
-                id=f"chat-{i}",
+            suite_item(
+                i,
                 source="chat",
                 prompt=qwen_tokenizer.decode(ids, skip_special_tokens=False),
                 n_prompt_tokens=len(ids),
                 n_response_tokens=row["n_response_tokens"],
                 max_tokens=row["n_response_tokens"],
                 cluster=i,
-                cluster_size=1,
                 weight=1 / 3,
-                provenance=Provenance("chat.jsonl", i + 1, 0),
                 prompt_ids=tuple(ids),
                 fidelity="tokens" if i else "text",
             )
