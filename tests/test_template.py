@@ -10,15 +10,7 @@ import pytest
 
 from distprompt.errors import TemplateError
 from distprompt.recover.template import learn_template
-
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather for a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-    },
-}
+from test_turns import WEATHER
 
 
 def test_qwen_profile_is_learned_from_probes(qwen_tokenizer: Any) -> None:
