@@ -5,7 +5,8 @@ Rows come in two kinds: rendered with a real tokenizer's chat template (:func:`r
 :func:`random_row`: ids below 1000 unless asked otherwise, valid for every real tokenizer, no
 chat-template markers). Every builder returns the row as the dict a shard line holds
 (:func:`as_row`); :func:`dumps`/:func:`lines_of`/:func:`write_shard`/:func:`shard_with` write
-them.
+them. Candidates: :func:`candidate`, :func:`grouped_candidates`; a small report on them:
+:func:`two_source_report`. Suite items: :func:`suite_item`.
 """
 
 from __future__ import annotations
@@ -214,3 +215,102 @@ def candidate(
         n_response_tokens=n_resp,
         provenance=Provenance(shard if shard is not None else f"{source}.jsonl", line, 0),
     )
+
+
+def grouped_candidates(source: str, per: int = 10) -> tuple[list[Any], np.ndarray, Any]:
+    """Four groups of ``per`` identical candidates and their :class:`SourceStats`: content
+    ``e_g`` (returned as the matrix), prompt length ``10 * 2**g``, response length ``5(g+1)``."""
+    from distprompt.records import SourceStats
+
+    cands, content = [], []
+    st = SourceStats()
+    for g in range(4):
+        for j in range(per):
+            i = g * per + j
+            cands.append(
+                candidate(i, source=source, n_prompt=10 * 2**g, n_resp=5 * (g + 1), line=i + 1)
+            )
+            content.append(np.eye(4)[g])
+            st.rows += 1
+            st.prompt_lengths[10 * 2**g] += 1
+            st.response_lengths[5 * (g + 1)] += 1
+    return cands, np.array(content), st
+
+
+def _report_items(cands: list[Any], idx: list[int], weights: list[float]) -> list[Any]:
+    from distprompt.records import SuiteItem
+
+    return [
+        SuiteItem(
+            id=f"{cands[i].source}-{i}",
+            source=cands[i].source,
+            prompt=f"prompt {i}",
+            n_prompt_tokens=cands[i].n_prompt_tokens,
+            n_response_tokens=cands[i].n_response_tokens,
+            max_tokens=1,
+            cluster=j,
+            cluster_size=10,
+            weight=w,
+            provenance=cands[i].provenance,
+            prompt_ids=tuple(int(t) for t in cands[i].prompt_ids),
+        )
+        for j, (i, w) in enumerate(zip(idx, weights, strict=True))
+    ]
+
+
+def two_source_report() -> Any:
+    """A :class:`~distprompt.write.report.Report` of two sources built on
+    :func:`grouped_candidates`: ``a`` (40 rows) takes one item per group, ``b`` (20 rows) the two
+    shortest groups."""
+    from distprompt.choose.stratify import Quota
+    from distprompt.write.metrics import measure_source
+    from distprompt.write.report import build_report
+
+    a, ca, sa = grouped_candidates("a", per=10)  # 40 rows
+    b, cb, sb = grouped_candidates("b", per=5)  # 20 rows
+    ev = {
+        "a": measure_source(
+            a,
+            [0, 10, 20, 30],
+            [0.25] * 4,
+            stats=sa,
+            content=ca,
+            log_length=np.log([c.n_prompt_tokens for c in a]),
+            seed=0,
+        ),
+        "b": measure_source(
+            b,
+            [0, 5],
+            [0.5, 0.5],
+            stats=sb,
+            content=cb,
+            log_length=np.log([c.n_prompt_tokens for c in b]),
+            seed=0,
+        ),
+    }
+    items = _report_items(a, [0, 10, 20, 30], [0.25] * 4) + _report_items(b, [0, 5], [0.5, 0.5])
+    quotas = {"a": Quota("a", 4, 4), "b": Quota("b", 4, 4)}
+    return build_report(
+        ev, stats={"a": sa, "b": sb}, quotas=quotas, items=items, meta={"method": "test"}
+    )
+
+
+def suite_item(n: int, *, source: str = "s", **fields: Any) -> Any:
+    """A :class:`~distprompt.records.SuiteItem` ``<source>-<n>`` from ``<source>.jsonl`` line
+    ``n + 1``: prompt ``"p"`` of one id, no response, weight 1; ``fields`` override any field."""
+    from distprompt.records import Provenance, SuiteItem
+
+    base: dict[str, Any] = {
+        "id": f"{source}-{n}",
+        "source": source,
+        "prompt": "p",
+        "n_prompt_tokens": 1,
+        "n_response_tokens": 0,
+        "max_tokens": 0,
+        "cluster": 0,
+        "cluster_size": 1,
+        "weight": 1.0,
+        "provenance": Provenance(f"{source}.jsonl", n + 1, 0),
+        "prompt_ids": (1,),
+    }
+    return SuiteItem(**{**base, **fields})

@@ -9,8 +9,6 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from distprompt.errors import ConfigError
 from distprompt.records import Provenance, SuiteItem
@@ -530,15 +528,6 @@ def test_by_source_file_names_are_safe_and_distinct(tmp_path: Path) -> None:
     assert "by_source/a_b.jsonl" in files and "by_source/glaive.jsonl" not in files
     categories = {read_jsonl(tmp_path / rel)[0]["category"] for rel in files}
     assert categories == set(sources)
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.text(min_size=0, max_size=30), min_size=1, max_size=8, unique=True))
-def test_safe_names_are_unique_for_any_sources(sources: list[str]) -> None:
-    stems = formats.safe_names(sources)
-    assert set(stems) == set(sources)
-    assert len({s.lower() for s in stems.values()}) == len(sources)
-    assert all(re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]*", s) for s in stems.values())
 
 
 # --------------------------------------------------------------------------------------------

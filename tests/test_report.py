@@ -1,173 +1,27 @@
-"""The representativeness report: each metric on a case with a known answer, then end to end."""
+"""Tests for :mod:`distprompt.write.report`: the report model and its rendering, then end to end."""
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
 import pytest
 
 from distprompt import Report, Suite, build_suite, render_report
-from distprompt.choose.stratify import Quota
 from distprompt.cli import main
-from distprompt.records import Candidate, SourceStats, SuiteItem
-from distprompt.write.metrics import (
-    ks_statistic,
-    mean_nearest_distance,
-    measure_source,
-    reference_space,
-    represented_share,
-)
+from distprompt.write.metrics import ks_statistic
 from distprompt.write.render import PLOT_NAMES
-from distprompt.write.report import REPORT_HTML, REPORT_JSON, REPORT_MD, build_report
+from distprompt.write.report import REPORT_HTML, REPORT_JSON, REPORT_MD
 
-from factories import candidate, make_corpus
+from factories import make_corpus, two_source_report
 
-# --- metrics on known answers ----------------------------------------------------------------
-
-
-def test_ks_statistic_known_values() -> None:
-    ref = {1: 1, 2: 1, 3: 1, 4: 1}
-    assert ks_statistic([1, 2, 3, 4], ref) == 0.0
-    assert ks_statistic([4], ref) == 0.75
-    assert ks_statistic([1, 4], {1: 1, 4: 1}, weights=[0.75, 0.25]) == 0.25
-    assert ks_statistic([100, 200], ref) == 1.0  # disjoint supports
-    assert ks_statistic([2, 2, 3], {2: 2, 3: 1}) == 0.0  # counts, not just support
-    assert ks_statistic([1, 2], {1: 3, 2: 1}) == 0.25  # F: 0.5 vs 0.75 at x=1
-    assert math.isnan(ks_statistic([], ref))
-
-
-def test_mean_nearest_distance_known_value() -> None:
-    x = np.array([[0.0, 0.0], [3.0, 4.0], [6.0, 8.0], [10.0, 0.0]])
-    # nearest of {0, 3}: 0, 5 (to 0), 8.94 (to 3: sqrt(16 + 64)), 0
-    expect = (0 + 5 + math.sqrt(16 + 64) + 0) / 4
-    assert mean_nearest_distance(x, [0, 3]) == pytest.approx(expect)
-    assert mean_nearest_distance(x, [0, 1, 2, 3]) == 0.0
-
-
-def test_represented_share_known_value() -> None:
-    labels = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2, 3])
-    assert represented_share(labels, [0]) == pytest.approx(0.3)
-    assert represented_share(labels, [1, 5, 9]) == pytest.approx(0.8)  # clusters 0, 2, 3
-    assert represented_share(labels, [0, 3, 5, 9]) == 1.0
-
-
-def test_reference_space_appends_zscored_log_length() -> None:
-    x = reference_space(np.eye(3), np.log(np.array([10.0, 100.0, 1000.0])))
-    assert x.shape == (3, 4)
-    assert x[:, 3] == pytest.approx([-math.sqrt(1.5), 0.0, math.sqrt(1.5)])
-
-
-def _groups(source: str, per: int = 10) -> tuple[list[Candidate], np.ndarray, SourceStats]:
-    """Four groups of identical points: content e_g, prompt length 10 * 2**g, response 5(g+1)."""
-    cands, content = [], []
-    st = SourceStats()
-    for g in range(4):
-        for j in range(per):
-            i = g * per + j
-            cands.append(
-                candidate(i, source=source, n_prompt=10 * 2**g, n_resp=5 * (g + 1), line=i + 1)
-            )
-            content.append(np.eye(4)[g])
-            st.rows += 1
-            st.prompt_lengths[10 * 2**g] += 1
-            st.response_lengths[5 * (g + 1)] += 1
-    return cands, np.array(content), st
-
-
-def test_measure_source_one_item_per_group_is_perfect() -> None:
-    cands, content, st = _groups("s")
-    loglen = np.log([c.n_prompt_tokens for c in cands])
-    ev = measure_source(
-        cands, [0, 10, 20, 30], [0.25] * 4, stats=st, content=content, log_length=loglen, seed=0
-    )
-    s = ev.suite
-    assert (s.mean_distance, s.represented_share) == (0.0, 1.0)
-    assert (s.ks_prompt, s.ks_prompt_weighted, s.ks_response, s.ks_response_weighted) == (
-        0.0,
-        0.0,
-        0.0,
-        0.0,
-    )
-    # 4 random items out of 4 groups of 10 cover every group with probability ~0.11
-    r = ev.random
-    assert r.mean_distance is not None and r.mean_distance > 0.0
-    assert r.represented_share is not None and r.represented_share < 1.0
-    assert r.ks_prompt is not None and r.ks_prompt >= 0.25
-    assert len(ev.random_runs) == 5 and not ev.trivial
-    assert set(ev.projection) == {"x", "y", "cluster", "selected"}
-    assert sum(ev.projection["selected"]) == 4
-
-
-def test_measure_source_skewed_and_trivial_selections() -> None:
-    cands, content, st = _groups("s")
-    loglen = np.log([c.n_prompt_tokens for c in cands])
-    # Both items from the shortest group: KS = the corpus mass beyond it.
-    ev = measure_source(
-        cands, [0, 1], [0.5, 0.5], stats=st, content=content, log_length=loglen, seed=0
-    )
-    assert ev.suite.ks_prompt == 0.75  # all mass at the shortest length, corpus has 1/4 there
-    trivial = measure_source(cands, range(40), [1 / 40] * 40, stats=st, seed=0)
-    assert trivial.trivial and trivial.suite.mean_distance == 0.0
-    assert trivial.suite.represented_share == 1.0 and trivial.suite.ks_prompt == 0.0
-    assert trivial.random == trivial.suite
-
-
-def _items(cands: list[Candidate], idx: list[int], weights: list[float]) -> list[SuiteItem]:
-    return [
-        SuiteItem(
-            id=f"{cands[i].source}-{i}",
-            source=cands[i].source,
-            prompt=f"prompt {i}",
-            n_prompt_tokens=cands[i].n_prompt_tokens,
-            n_response_tokens=cands[i].n_response_tokens,
-            max_tokens=1,
-            cluster=j,
-            cluster_size=10,
-            weight=w,
-            provenance=cands[i].provenance,
-            prompt_ids=tuple(int(t) for t in cands[i].prompt_ids),
-        )
-        for j, (i, w) in enumerate(zip(idx, weights, strict=True))
-    ]
-
-
-def _two_source_report() -> Report:
-    a, ca, sa = _groups("a", per=10)  # 40 rows
-    b, cb, sb = _groups("b", per=5)  # 20 rows
-    ev = {
-        "a": measure_source(
-            a,
-            [0, 10, 20, 30],
-            [0.25] * 4,
-            stats=sa,
-            content=ca,
-            log_length=np.log([c.n_prompt_tokens for c in a]),
-            seed=0,
-        ),
-        "b": measure_source(
-            b,
-            [0, 5],
-            [0.5, 0.5],
-            stats=sb,
-            content=cb,
-            log_length=np.log([c.n_prompt_tokens for c in b]),
-            seed=0,
-        ),
-    }
-    items = _items(a, [0, 10, 20, 30], [0.25] * 4) + _items(b, [0, 5], [0.5, 0.5])
-    quotas = {"a": Quota("a", 4, 4), "b": Quota("b", 4, 4)}
-    return build_report(
-        ev, stats={"a": sa, "b": sb}, quotas=quotas, items=items, meta={"method": "test"}
-    )
+# --- the report model on known answers -------------------------------------------------------
 
 
 def test_build_report_shares_and_overall() -> None:
-    rep = _two_source_report()
+    rep = two_source_report()
     a, b = rep.sources["a"], rep.sources["b"]
     assert a["share"] == {
         "corpus": pytest.approx(40 / 60),
@@ -195,7 +49,7 @@ def test_build_report_shares_and_overall() -> None:
 
 
 def test_report_files_roundtrip_and_rerender(tmp_path: Path) -> None:
-    rep = _two_source_report()
+    rep = two_source_report()
     written = rep.write(tmp_path)
     assert set(written) == {REPORT_JSON, REPORT_MD, REPORT_HTML, *PLOT_NAMES}
     for name in PLOT_NAMES:

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from distprompt.errors import TemplateError
 from distprompt.recover.template import TemplateProfile, learn_template
 from distprompt.recover.turns import RecoveredTurns, recover_turns
 
@@ -199,42 +198,6 @@ def profiles(qwen_tokenizer: Any, deepseek_tokenizer: Any) -> dict[int, Template
 @pytest.fixture(scope="session")
 def any_profile(any_tokenizer: Any, profiles: dict[int, TemplateProfile]) -> TemplateProfile:
     return profiles[id(any_tokenizer)]
-
-
-# --------------------------------------------------------------------------- profiles
-
-
-def test_qwen_profile_is_learned_from_probes(qwen_tokenizer: Any) -> None:
-    p = learn_template(qwen_tokenizer)
-    assert p.generation_prompt == "<|im_start|>assistant\n"
-    assert p.supports_system and p.supports_tools and p.supports_tool_calls
-    assert not p.tool_arguments_as_string
-    assert p.reasoning_rendered and p.reasoning_tags == ("<think>", "</think>")
-    assert p.drops_earlier_reasoning
-    assert p.role_markers()["user"] == "<|im_start|>user\n"
-    assert not p.template_adds_bos
-
-
-def test_deepseek_profile_is_learned_from_probes(deepseek_tokenizer: Any) -> None:
-    p = learn_template(deepseek_tokenizer)
-    assert p.generation_prompt == "<｜Assistant｜>"
-    assert p.template_adds_bos and p.bos_token == "<｜begin▁of▁sentence｜>"
-    assert p.supports_tool_calls and p.tool_arguments_as_string
-    assert not p.supports_tools  # this template never prints tool definitions
-    assert not p.reasoning_rendered and p.drops_earlier_reasoning
-    assert p.role_markers()["user"] == "<｜begin▁of▁sentence｜><｜User｜>"
-
-
-def test_profile_is_hashable_and_deterministic(any_tokenizer: Any) -> None:
-    assert learn_template(any_tokenizer) == learn_template(any_tokenizer)
-    assert hash(learn_template(any_tokenizer))
-
-
-def test_no_chat_template_raises(qwen_tokenizer: Any) -> None:
-    tok = copy.deepcopy(qwen_tokenizer)
-    tok.chat_template = None
-    with pytest.raises(TemplateError, match="chat template"):
-        learn_template(tok)
 
 
 # --------------------------------------------------------------------------- round trips

@@ -1,0 +1,53 @@
+"""Tests for :mod:`distprompt.recover.decode`: tokenizer loading, identity and detokenization."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from distprompt.errors import TokenizerError
+from distprompt.recover.decode import decode, load_tokenizer
+
+from factories import chat_rows
+
+
+def test_a_folder_loads_with_its_identity(qwen_dir: Path, qwen_tokenizer: Any) -> None:
+    tok, info = load_tokenizer(qwen_dir)
+    assert info.kind == "folder" and info.name == str(qwen_dir)
+    assert info.sha256 == hashlib.sha256((qwen_dir / "tokenizer.json").read_bytes()).hexdigest()
+    assert info.vocab_size == len(tok) == len(qwen_tokenizer)
+    assert info.has_chat_template
+    assert set(info.to_dict()) == {"name", "kind", "sha256", "vocab_size", "has_chat_template"}
+
+
+def test_a_tokenizer_json_beside_its_config_keeps_the_template(deepseek_dir: Path) -> None:
+    tok, info = load_tokenizer(deepseek_dir / "tokenizer.json")
+    assert info.kind == "file" and info.has_chat_template
+    assert info.sha256 == hashlib.sha256((deepseek_dir / "tokenizer.json").read_bytes()).hexdigest()
+    assert info.vocab_size == len(tok)
+
+
+def test_a_loaded_tokenizer_is_taken_as_is(qwen_tokenizer: Any) -> None:
+    tok, info = load_tokenizer(qwen_tokenizer)
+    assert tok is qwen_tokenizer
+    assert info.kind == "object" and info.vocab_size == len(qwen_tokenizer)
+    with pytest.raises(TokenizerError, match="found int"):
+        load_tokenizer(42)
+    with pytest.raises(TokenizerError, match="empty string"):
+        load_tokenizer("  ")
+
+
+def test_the_prompt_span_decodes_to_text_that_retokenizes_to_its_ids(any_tokenizer: Any) -> None:
+    for row in chat_rows(any_tokenizer, "chat", 6, seed=1):
+        ids = row["input_ids"][: row["n_prompt_tokens"]]
+        text = decode(any_tokenizer, ids)
+        assert any_tokenizer.encode(text, add_special_tokens=False) == ids
+        # special tokens are kept by default and dropped on request
+        special = set(any_tokenizer.all_special_ids) & set(ids)
+        plain = decode(any_tokenizer, ids, keep_special=False)
+        assert special and len(plain) < len(text)
+        for t in special:
+            assert any_tokenizer.convert_ids_to_tokens(t) not in plain

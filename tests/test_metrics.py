@@ -1,0 +1,88 @@
+"""Tests for :mod:`distprompt.write.metrics`: each metric on a case with a known answer."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from distprompt.write.metrics import (
+    ks_statistic,
+    mean_nearest_distance,
+    measure_source,
+    reference_space,
+    represented_share,
+)
+
+from factories import grouped_candidates
+
+
+def test_ks_statistic_known_values() -> None:
+    ref = {1: 1, 2: 1, 3: 1, 4: 1}
+    assert ks_statistic([1, 2, 3, 4], ref) == 0.0
+    assert ks_statistic([4], ref) == 0.75
+    assert ks_statistic([1, 4], {1: 1, 4: 1}, weights=[0.75, 0.25]) == 0.25
+    assert ks_statistic([100, 200], ref) == 1.0  # disjoint supports
+    assert ks_statistic([2, 2, 3], {2: 2, 3: 1}) == 0.0  # counts, not just support
+    assert ks_statistic([1, 2], {1: 3, 2: 1}) == 0.25  # F: 0.5 vs 0.75 at x=1
+    assert math.isnan(ks_statistic([], ref))
+
+
+def test_mean_nearest_distance_known_value() -> None:
+    x = np.array([[0.0, 0.0], [3.0, 4.0], [6.0, 8.0], [10.0, 0.0]])
+    # nearest of {0, 3}: 0, 5 (to 0), 8.94 (to 3: sqrt(16 + 64)), 0
+    expect = (0 + 5 + math.sqrt(16 + 64) + 0) / 4
+    assert mean_nearest_distance(x, [0, 3]) == pytest.approx(expect)
+    assert mean_nearest_distance(x, [0, 1, 2, 3]) == 0.0
+
+
+def test_represented_share_known_value() -> None:
+    labels = np.array([0, 0, 0, 1, 1, 2, 2, 2, 2, 3])
+    assert represented_share(labels, [0]) == pytest.approx(0.3)
+    assert represented_share(labels, [1, 5, 9]) == pytest.approx(0.8)  # clusters 0, 2, 3
+    assert represented_share(labels, [0, 3, 5, 9]) == 1.0
+
+
+def test_reference_space_appends_zscored_log_length() -> None:
+    x = reference_space(np.eye(3), np.log(np.array([10.0, 100.0, 1000.0])))
+    assert x.shape == (3, 4)
+    assert x[:, 3] == pytest.approx([-math.sqrt(1.5), 0.0, math.sqrt(1.5)])
+
+
+def test_measure_source_one_item_per_group_is_perfect() -> None:
+    cands, content, st = grouped_candidates("s")
+    loglen = np.log([c.n_prompt_tokens for c in cands])
+    ev = measure_source(
+        cands, [0, 10, 20, 30], [0.25] * 4, stats=st, content=content, log_length=loglen, seed=0
+    )
+    s = ev.suite
+    assert (s.mean_distance, s.represented_share) == (0.0, 1.0)
+    assert (s.ks_prompt, s.ks_prompt_weighted, s.ks_response, s.ks_response_weighted) == (
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+    )
+    # 4 random items out of 4 groups of 10 cover every group with probability ~0.11
+    r = ev.random
+    assert r.mean_distance is not None and r.mean_distance > 0.0
+    assert r.represented_share is not None and r.represented_share < 1.0
+    assert r.ks_prompt is not None and r.ks_prompt >= 0.25
+    assert len(ev.random_runs) == 5 and not ev.trivial
+    assert set(ev.projection) == {"x", "y", "cluster", "selected"}
+    assert sum(ev.projection["selected"]) == 4
+
+
+def test_measure_source_skewed_and_trivial_selections() -> None:
+    cands, content, st = grouped_candidates("s")
+    loglen = np.log([c.n_prompt_tokens for c in cands])
+    # Both items from the shortest group: KS = the corpus mass beyond it.
+    ev = measure_source(
+        cands, [0, 1], [0.5, 0.5], stats=st, content=content, log_length=loglen, seed=0
+    )
+    assert ev.suite.ks_prompt == 0.75  # all mass at the shortest length, corpus has 1/4 there
+    trivial = measure_source(cands, range(40), [1 / 40] * 40, stats=st, seed=0)
+    assert trivial.trivial and trivial.suite.mean_distance == 0.0
+    assert trivial.suite.represented_share == 1.0 and trivial.suite.ks_prompt == 0.0
+    assert trivial.random == trivial.suite

@@ -1,0 +1,122 @@
+"""Tests for :mod:`distprompt.write.suite`: the Suite saved, loaded and summarized."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from distprompt.errors import InputError, OutputError
+from distprompt.write.out_dir import MANIFEST_NAME
+from distprompt.write.suite import SUITE_NAME, Suite
+
+from factories import chat_rows, suite_item
+
+
+@pytest.fixture
+def suite(qwen_tokenizer: Any, qwen_dir: Path) -> Suite:
+    """Three items decoded from real Qwen3 rows, with the manifest fields the summary reads
+    (a fresh one per test: ``save`` records its files in the manifest)."""
+    items = []
+    for i, row in enumerate(chat_rows(qwen_tokenizer, "chat", 3, seed=2)):
+        ids = row["input_ids"][: row["n_prompt_tokens"]]
+        items.append(
+            suite_item(
+                i,
+                source="chat",
+                prompt=qwen_tokenizer.decode(ids, skip_special_tokens=False),
+                n_prompt_tokens=len(ids),
+                n_response_tokens=row["n_response_tokens"],
+                max_tokens=row["n_response_tokens"],
+                cluster=i,
+                weight=1 / 3,
+                prompt_ids=tuple(ids),
+                fidelity="tokens" if i else "text",
+            )
+        )
+    manifest = {
+        "tokenizer": {"name": str(qwen_dir)},
+        "sources": {
+            "chat": {
+                "rows": 7,
+                "unique_prompts": 6,
+                "candidates": 6,
+                "target": 3,
+                "selected": 3,
+                "fidelity": {"tokens": 2, "text": 1},
+            }
+        },
+        "counts": {"skipped": {"bad_json": 1}},
+    }
+    return Suite(items, manifest)
+
+
+def test_save_writes_the_files_and_a_manifest_listing_them(
+    suite: Suite, qwen_tokenizer: Any, tmp_path: Path
+) -> None:
+    out = suite.save(tmp_path / "out", tokenizer=qwen_tokenizer)
+    manifest = orjson.loads((out / MANIFEST_NAME).read_bytes())
+    listed = {name for names in manifest["files"].values() for name in names}
+    on_disk = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    assert on_disk == listed | {SUITE_NAME, MANIFEST_NAME}
+    assert "run_md" in manifest["files"] and "report" not in manifest["files"]
+    lines = (out / SUITE_NAME).read_bytes().splitlines()
+    assert [orjson.loads(line)["id"] for line in lines] == ["chat-0", "chat-1", "chat-2"]
+    assert manifest["sources"] == suite.manifest["sources"]
+    assert not [p for p in tmp_path.iterdir() if p.name != "out"]  # no temp folder left
+
+
+def test_load_gives_back_the_items_and_manifest(
+    suite: Suite, qwen_tokenizer: Any, tmp_path: Path
+) -> None:
+    out = suite.save(tmp_path / "out", formats=["token_ids"], tokenizer=qwen_tokenizer)
+    back = Suite.load(out)
+    assert [it.to_dict() for it in back] == [it.to_dict() for it in suite]
+    assert back.manifest == orjson.loads((out / MANIFEST_NAME).read_bytes())
+    assert back.report is None and len(back) == 3 and back[1].id == "chat-1"
+    assert sorted(back.manifest["files"]) == ["run_md", "token_ids"]
+
+
+def test_save_refuses_an_existing_folder_unless_overwrite(
+    suite: Suite, qwen_tokenizer: Any, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / MANIFEST_NAME).write_text("old")
+    with pytest.raises(OutputError, match="--overwrite"):
+        suite.save(out, formats=["token_ids"], tokenizer=qwen_tokenizer)
+    assert (out / MANIFEST_NAME).read_text() == "old"
+    suite.save(out, formats=["token_ids"], tokenizer=qwen_tokenizer, overwrite=True)
+    assert len(Suite.load(out)) == 3
+
+
+def test_load_refuses_what_is_not_a_complete_suite(
+    suite: Suite, qwen_tokenizer: Any, tmp_path: Path
+) -> None:
+    with pytest.raises(InputError, match="expected a suite folder"):
+        Suite.load(tmp_path)
+    out = suite.save(tmp_path / "out", formats=["token_ids"], tokenizer=qwen_tokenizer)
+    (out / SUITE_NAME).write_bytes((out / SUITE_NAME).read_bytes() + b'{"id": 1}\n')
+    with pytest.raises(InputError, match=f"{SUITE_NAME}:4: expected a suite item"):
+        Suite.load(out)
+
+
+def test_summary_names_the_table_the_skips_and_the_caveat(suite: Suite) -> None:
+    text = suite.summary("somewhere")
+    head, row, *rest = text.splitlines()
+    assert head.split() == [
+        "source",
+        "rows",
+        "unique",
+        "cands",
+        "target",
+        "selected",
+        "tokens%",
+        "turns%",
+    ]
+    assert row.split() == ["chat", "7", "6", "6", "3", "3", "67", "-"]
+    assert "skipped rows: bad_json=1" in rest
+    assert rest[-1].startswith("wrote 3 items to somewhere — only 2 of 3 items (67%)")
+    assert repr(suite) == "Suite(3 items from 1 sources)"
