@@ -267,17 +267,15 @@ def _discover_one(
 ) -> Iterator[Shard]:
     path = Path(spec)
     left: list[str] = ignored if ignored is not None else []
-    if path.is_dir():
-        files = list(_walk(path, root=path, warn=warn))
-        yield from _choose(
-            files,
-            top=path,
-            spec=spec,
-            pattern=pattern,
-            glob=glob,
-            ignored=left,
-            warn=warn,
+
+    def folder(top: Path, root: Path, named: str) -> Iterator[Shard]:
+        files = list(_walk(top, root=root, warn=warn))
+        return _choose(
+            files, top=top, spec=named, pattern=pattern, glob=glob, ignored=left, warn=warn
         )
+
+    if path.is_dir():
+        yield from folder(path, path, spec)
         return
     if path.is_file():
         _check_suffix(path)
@@ -295,16 +293,7 @@ def _discover_one(
         for m in sorted(globlib.glob(spec, recursive=True)):
             p = Path(m)
             if p.is_dir():
-                files = list(_walk(p, root=root, warn=warn))
-                yield from _choose(
-                    files,
-                    top=p,
-                    spec=m,
-                    pattern=pattern,
-                    glob=glob,
-                    ignored=left,
-                    warn=warn,
-                )
+                yield from folder(p, root, m)
             elif is_shard_file(p):
                 _check_file(p, root)
                 yield Shard(path=p, name=p.relative_to(root).as_posix(), size=p.stat().st_size)
