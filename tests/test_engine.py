@@ -168,9 +168,9 @@ def test_a_killed_worker_is_retried_and_the_result_is_the_same(
 ) -> None:
     shards = discover_shards(multi_shard)
     marker = tmp_path / "killed"
-    local = scan(shards, max_candidates=12, skip_bad_rows=True)
+    local = scan(shards, max_candidates=12, on_error="skip")
     killer = KillWorker(shard="code/part1.jsonl.gz", line=5, marker=str(marker))
-    on_ray = scan(shards, max_candidates=12, skip_bad_rows=True, engine="ray", check=killer)
+    on_ray = scan(shards, max_candidates=12, on_error="skip", engine="ray", check=killer)
     assert marker.exists()  # the worker reading code/part1 was killed mid-shard
     _same(local, on_ray)
     assert on_ray.failed == {}
@@ -183,16 +183,16 @@ def test_a_shard_that_keeps_failing_follows_on_error(
     killer = KillWorker(shard="tool/part2.jsonl.zst", line=2)
     good = [s for s in shards if s.name != "chat/part0.jsonl"]  # the shard with a bad row
     with pytest.raises(InputError) as ei:
-        scan(good, max_candidates=12, engine="ray", check=killer, skip_bad_rows=False)
+        scan(good, max_candidates=12, engine="ray", check=killer, on_error="raise")
     msg = str(ei.value)
     assert msg.startswith("tool/part2.jsonl.zst: expected the shard's Ray task to finish")
     assert "failed 4 times" in msg and "--on-error skip" in msg
-    part = scan(shards, max_candidates=12, engine="ray", check=killer, skip_bad_rows=True)
+    part = scan(shards, max_candidates=12, engine="ray", check=killer, on_error="skip")
     assert list(part.failed) == ["tool/part2.jsonl.zst"]
     assert "failed 4 times" in part.failed["tool/part2.jsonl.zst"]
     # Every other shard is in the result, as a local pass over them gives it.
     rest = [s for s in shards if s.name != "tool/part2.jsonl.zst"]
-    _same(scan(rest, max_candidates=12, skip_bad_rows=True), part)
+    _same(scan(rest, max_candidates=12, on_error="skip"), part)
 
 
 def test_inspect_cli_takes_the_engine(
@@ -218,17 +218,17 @@ def test_engine_ray_without_ray_says_how_to_install(
 
 
 def test_url_shards_are_read_by_the_workers(ray_cluster: None, multi_shard: Path) -> None:
-    local = scan(discover_shards(multi_shard), max_candidates=12, skip_bad_rows=True)
+    local = scan(discover_shards(multi_shard), max_candidates=12, on_error="skip")
     urls = discover_shards(multi_shard.as_uri())
     assert all(s.url for s in urls)
-    _same(local, scan(urls, max_candidates=12, skip_bad_rows=True, engine="ray"))
+    _same(local, scan(urls, max_candidates=12, on_error="skip", engine="ray"))
 
 
 def test_byte_ranges_of_a_shard_on_ray_match_local(ray_cluster: None, multi_shard: Path) -> None:
     shards = discover_shards(multi_shard)
-    local = scan(shards, max_candidates=12, skip_bad_rows=True)
+    local = scan(shards, max_candidates=12, on_error="skip")
     # Ranges of 4 KiB: the plain shards (one with a bad row and a blank line) become many units.
-    on_ray = scan(shards, max_candidates=12, skip_bad_rows=True, engine="ray", unit_bytes=4096)
+    on_ray = scan(shards, max_candidates=12, on_error="skip", engine="ray", unit_bytes=4096)
     _same(local, on_ray)
     assert on_ray.tally.first_skip == {"missing_loss_mask": "chat/part0.jsonl:5"}
 
@@ -244,7 +244,7 @@ def test_a_failing_byte_range_leaves_out_its_rows_only(
     part = scan(
         [shard],
         max_candidates=1000,
-        skip_bad_rows=True,
+        on_error="skip",
         engine="ray",
         unit_bytes=4096,
         check=killer,

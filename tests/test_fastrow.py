@@ -280,7 +280,7 @@ def test_units_merge_exactly(case: tuple[bytes, str, bytes | None, int], unit: i
         path = Path(folder) / "a.jsonl"
         path.write_bytes(text)
         shard = Shard(path=path, name="a.jsonl", size=path.stat().st_size)
-        kw: dict[str, Any] = {"max_candidates": k, "skip_bad_rows": True, "vocab_size": 1450}
+        kw: dict[str, Any] = {"max_candidates": k, "on_error": "skip", "vocab_size": 1450}
         whole = scan([shard], **kw)
         split = scan([shard], unit_bytes=unit, **kw)
         assert _partial_view(split) == _partial_view(whole)
@@ -302,7 +302,7 @@ def test_workers_give_identical_results(tmp_path: Path) -> None:
         rows.insert(i, rows[i + 1])  # duplicates across ranges
     _shard(str(tmp_path), rows)
     shards_ = discover_shards(tmp_path)
-    kw: dict[str, Any] = {"max_candidates": 50, "skip_bad_rows": True, "vocab_size": 151000}
+    kw: dict[str, Any] = {"max_candidates": 50, "on_error": "skip", "vocab_size": 151000}
     one = _partial_view(scan(shards_, **kw))
     assert _partial_view(scan(shards_, workers=2, unit_bytes=4096, **kw)) == one
     assert _partial_view(scan(shards_, workers=2, unit_bytes=1 << 20, **kw)) == one

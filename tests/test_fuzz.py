@@ -576,7 +576,7 @@ def test_scan_counts_every_row(case: tuple[bytes, str, bytes | None, int]) -> No
         part = scan(
             [shard],
             max_candidates=1000,
-            skip_bad_rows=True,
+            on_error="skip",
             vocab_size=VOCAB,
             max_line_bytes=limit,
         )

@@ -147,7 +147,7 @@ def _scan(tmp_path: Path, *, skip: bool) -> Any:
     return scan(
         discover_shards(tmp_path / "data"),
         max_candidates=100,
-        skip_bad_rows=skip,
+        on_error="skip" if skip else "raise",
         vocab_size=VOCAB,
         tokenizer_name="t",
     )

@@ -67,7 +67,7 @@ def test_file_url_gives_the_local_shards_and_suite(
     assert [(s.name, s.size) for s in remote] == [(s.name, s.size) for s in local]
     assert all(s.url is not None and s.url.startswith("file://") for s in remote)
     assert local[0].url is None
-    kw: dict[str, Any] = {"max_candidates": 8, "skip_bad_rows": True}
+    kw: dict[str, Any] = {"max_candidates": 8, "on_error": "skip"}
     assert _summary(scan(remote, **kw)) == _summary(scan(local, **kw))
     a = build_suite(corpus, tokenizer=qwen_dir, per_source=3, on_error="skip")
     b = build_suite(url, tokenizer=qwen_dir, per_source=3, on_error="skip")
@@ -91,7 +91,7 @@ def test_memory_filesystem_reads_like_the_disk(corpus: Path) -> None:
         remote = discover_shards("memory:///distprompt-test")
         local = discover_shards(corpus)
         assert [s.name for s in remote] == [s.name for s in local]
-        kw: dict[str, Any] = {"max_candidates": 8, "skip_bad_rows": True}
+        kw: dict[str, Any] = {"max_candidates": 8, "on_error": "skip"}
         assert _summary(scan(remote, **kw)) == _summary(scan(local, **kw))
         cut = next(s for s in remote if s.name == "B1_code/cut.jsonl.zst")
         with pytest.raises(CorruptStreamError, match=r"^B1_code/cut\.jsonl\.zst:\d+: "):

@@ -23,7 +23,7 @@ from distprompt._version import __version__
 from distprompt.choose.select import select
 from distprompt.choose.stratify import Quota, allocate
 from distprompt.choose.vectorize import vectorize
-from distprompt.config import Config, resolve
+from distprompt.config import Config, OnError, resolve
 from distprompt.corpus import CorpusInfo, corpus_info
 from distprompt.errors import InputError, TokenizerError
 from distprompt.read.scan import Partial, load_candidates, scan
@@ -114,7 +114,7 @@ def build_suite(
         data,
         tokenizer,
         config,
-        skip_bad_rows=config.on_error == "skip",
+        on_error=config.on_error,
         progress=progress,
         warn=_warn,
         left_out="left out (--on-error skip)",
@@ -333,7 +333,7 @@ def inspect_corpus(
         data,
         tokenizer,
         config,
-        skip_bad_rows=True,
+        on_error="skip",
         progress=progress,
         warn=None,
         left_out="left out",
@@ -366,7 +366,7 @@ def _run_pass(
     tokenizer: Any,
     config: Config,
     *,
-    skip_bad_rows: bool,
+    on_error: OnError,
     progress: bool,
     warn: Callable[[str], None] | None,
     left_out: str,
@@ -392,7 +392,7 @@ def _run_pass(
         shards,
         max_candidates=config.max_candidates,
         seed=config.seed,
-        skip_bad_rows=skip_bad_rows,
+        on_error=on_error,
         vocab_size=checks.vocab_size if checks else None,
         tokenizer_name=tinfo.name if tinfo else "",
         workers=config.workers,

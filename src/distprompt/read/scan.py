@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from distprompt.config import OnError
 from distprompt.errors import CorruptStreamError, DataError, InputError, TokenizerError
 from distprompt.read.fastrow import FullView, RowView, read_row
 from distprompt.read.shards import iter_rows, open_shard, split_shard
@@ -198,7 +199,7 @@ def scan_unit(
     *,
     max_candidates: int,
     seed: int = 0,
-    skip_bad_rows: bool = False,
+    on_error: OnError = "raise",
     vocab_size: int | None = None,
     tokenizer_name: str = "",
     on_row: Callable[[int], None] | None = None,
@@ -214,7 +215,8 @@ def scan_unit(
         unit: The shard, or a byte range of it.
         max_candidates: Pool size ``k`` per source.
         seed: Selects the hash, hence which uniform sample the pool is.
-        skip_bad_rows: Count and skip bad rows instead of raising at the first one.
+        on_error: ``"raise"`` at the first bad row, or ``"skip"``: count bad rows by reason
+            and skip them.
         vocab_size: When given, ids ``>= vocab_size`` make the row a bad row
             (``id_out_of_vocab``), raised or skipped like any other.
         tokenizer_name: Named in the out-of-vocabulary message.
@@ -228,12 +230,13 @@ def scan_unit(
     corrupt compressed stream ends the shard and is counted as ``corrupt_stream``.
 
     Raises:
-        DataError: A bad row (an id outside the vocabulary included), unless ``skip_bad_rows``.
-        InputError: The shard cannot be read, or (unless ``skip_bad_rows``) its compressed
-            stream is truncated or corrupt.
+        DataError: A bad row (an id outside the vocabulary included), unless ``on_error`` is
+            ``"skip"``.
+        InputError: The shard cannot be read, or (unless ``on_error`` is ``"skip"``) its
+            compressed stream is truncated or corrupt.
     """
     shard = unit.shard
-    part = Partial(k=max_candidates, tally=Tally(on_error="skip" if skip_bad_rows else "raise"))
+    part = Partial(k=max_candidates, tally=Tally(on_error=on_error))
     n = 0
     limit = vocab_size if vocab_size is not None else getattr(check, "vocab_size", None)
     # Candidates are read back when selected: by offset from a plain shard, in one pass over
@@ -431,7 +434,7 @@ def scan(
     *,
     max_candidates: int,
     seed: int = 0,
-    skip_bad_rows: bool = False,
+    on_error: OnError = "raise",
     vocab_size: int | None = None,
     tokenizer_name: str = "",
     workers: int = 1,
@@ -472,7 +475,7 @@ def scan(
     kwargs: dict[str, Any] = {
         "max_candidates": max_candidates,
         "seed": seed,
-        "skip_bad_rows": skip_bad_rows,
+        "on_error": on_error,
         "vocab_size": vocab_size,
         "tokenizer_name": tokenizer_name,
         "check": check,
@@ -517,7 +520,7 @@ def scan(
                 merge,
                 total,
                 bar=bar,
-                skip=skip_bad_rows,
+                skip=on_error == "skip",
                 address=ray_address,
                 on_started=on_started,
             )

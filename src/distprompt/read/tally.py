@@ -10,14 +10,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Literal
 
+from distprompt.config import OnError
 from distprompt.errors import DataError
 
-__all__ = ["OnError", "Tally"]
-
-#: What a bad row does: stop the run with its ``shard:line`` or be counted and skipped.
-OnError = Literal["raise", "skip"]
+__all__ = ["Tally", "rebase_where"]
 
 
 def _where_key(where: str) -> tuple[str, int]:
