@@ -218,9 +218,7 @@ def build_suite(
     if verdict.mismatch is not None:
         # On top of every rendering of the report (report.md, report.html, the CLI line).
         report = dataclasses.replace(report, summary=f"{_failed_banner(verdict)} {report.summary}")
-    suite = Suite(items, manifest, report=report)
-    suite._tokenizer = tok
-    return suite
+    return Suite(items, manifest, report=report, tokenizer=tok)
 
 
 def export_suite(

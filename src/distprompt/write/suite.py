@@ -35,6 +35,9 @@ _JSON_OPTS = orjson.OPT_SORT_KEYS
 class Suite:
     """A benchmark prompt suite: items (iterable, ``len``) and the manifest that explains them.
 
+    ``tokenizer`` is the one the suite was built with (:func:`build_suite` passes it), kept so
+    that :meth:`save` need not load it again.
+
     Example:
         >>> suite = build_suite("data_samples/prepared", tokenizer=tok)  # doctest: +SKIP
         >>> suite.save("out")  # doctest: +SKIP
@@ -48,12 +51,13 @@ class Suite:
         manifest: dict[str, Any],
         *,
         report: Report | None = None,
+        tokenizer: Any = None,
     ) -> None:
         self.items: tuple[SuiteItem, ...] = tuple(items)
         self.manifest = manifest
         self._report = report
         # The tokenizer build_suite loaded, for save (a second load costs seconds).
-        self._tokenizer: Any = None
+        self._tokenizer = tokenizer
 
     def __iter__(self) -> Iterator[SuiteItem]:
         return iter(self.items)
@@ -116,8 +120,9 @@ class Suite:
             :data:`distprompt.write.formats.FORMATS`).
             overwrite: Replace an existing non-empty folder.
             tokenizer: The suite's tokenizer, for RUN.md's per-client ``sharegpt.json`` counts
-                and AIPerf's turn lengths; by default the manifest's tokenizer is loaded again
-                (when it cannot be, RUN.md says the counts are unknown).
+                and AIPerf's turn lengths; by default the one :func:`build_suite` loaded, else
+                the manifest's tokenizer is loaded again (when it cannot be, RUN.md says the
+                counts are unknown).
             temperature: Sampling temperature of the client files and commands (0: greedy).
             ignore_eos: Ask the clients to generate ``max_tokens`` past EOS (forced lengths).
 
@@ -129,6 +134,7 @@ class Suite:
         out_path = Path(out)
         fmts = tuple(FORMATS if formats is None else formats)
         tok_name = str(self.manifest.get("tokenizer", {}).get("name", ""))
+        tok = tokenizer if tokenizer is not None else self._tokenizer
         with prepare_out_dir(out_path, overwrite=overwrite) as tmp:
             atomic_write_lines(tmp / SUITE_NAME, self.suite_lines())
             files = export.write_exports(
@@ -136,13 +142,7 @@ class Suite:
                 tmp,
                 formats=fmts,
                 tokenizer_name=tok_name,
-                tokenizer=(
-                    tokenizer
-                    if tokenizer is not None
-                    else self._tokenizer
-                    if self._tokenizer is not None
-                    else _reload_tokenizer(tok_name)
-                ),
+                tokenizer=tok if tok is not None else _reload_tokenizer(tok_name),
                 temperature=temperature,
                 ignore_eos=ignore_eos,
             )
