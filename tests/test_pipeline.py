@@ -176,6 +176,26 @@ def test_byte_identical_outputs(corpus: Path, qwen_dir: Path, tmp_path: Path) ->
     assert manifest["config"]["seed"] == 3
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_selection_and_plots_in_worker_processes_write_the_same_files(
+    corpus: Path, qwen_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    # A large corpus selects its sources and draws its plots in worker processes; every file
+    # (suite, exports, report, PNGs, manifest) must be the bytes of the in-process run.
+    from distprompt import pipeline
+
+    here = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3).save(tmp_path / "a")
+    monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
+    suite = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3, workers=workers)
+    assert suite._plots is not None  # the pool path was taken
+    there = suite.save(tmp_path / "b")
+    names = sorted(str(p.relative_to(here)) for p in here.rglob("*") if p.is_file())
+    assert names == sorted(str(p.relative_to(there)) for p in there.rglob("*") if p.is_file())
+    assert any(n.endswith(".png") for n in names)
+    for name in names:
+        assert (here / name).read_bytes() == (there / name).read_bytes(), name
+
+
 def test_manifest_reports_template_and_fidelity(corpus: Path, qwen_dir: Path) -> None:
     suite = build_suite(corpus, tokenizer=qwen_dir, per_source=4)
     m = suite.manifest

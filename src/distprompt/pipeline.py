@@ -7,15 +7,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
 import os
 import platform
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,6 +42,9 @@ from distprompt.write.metrics import SourceEvidence, measure_source
 from distprompt.write.out_dir import check_out_dir
 from distprompt.write.report import build_report
 from distprompt.write.suite import Suite
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 __all__ = ["build_suite", "export_suite", "inspect_corpus", "item_id"]
 
@@ -172,23 +176,24 @@ def build_suite(
     if config.recover_turns:
         profile = _learn_profile(tok, tinfo, _warn)
 
-    picks: list[_Pick] = []
-    selected_counts: dict[str, int] = {}
-    evidence: dict[str, SourceEvidence | None] = {}
-    with _one_thread():
-        for source in sorted(part.stats):
-            cands = part.pools[source].candidates()
-            chosen, evidence[source] = _select_source(
-                cands, quotas[source], config, part.stats[source]
-            )
-            loaded = load_candidates([c for c, _, _ in chosen], shards, seed=config.seed)
-            chosen = [(c, size, w) for c, (_, size, w) in zip(loaded, chosen, strict=True)]
-            selected_counts[source] = len(chosen)
-            picks.extend(
-                (cand, cluster, size, weight) for cluster, (cand, size, weight) in enumerate(chosen)
-            )
-        items = _make_items(picks, tokenizer=tok, profile=profile, config=config, warn=_warn)
-
+    big = sum(s.size for s in shards) >= _OVERLAP_BYTES
+    with _post_pass_pool(big, config.workers) as pool:
+        selected_counts, items, evidence = _select_and_decode(
+            part, quotas, config, shards, tok=tok, profile=profile, warn=_warn, pool=pool
+        )
+        report = build_report(
+            evidence,
+            stats=part.stats,
+            quotas=quotas,
+            items=items,
+            meta={"method": config.method, "seed": config.seed},
+        )
+        if verdict.mismatch is not None:
+            # On top of every rendering of the report (report.md, report.html, the CLI line).
+            summary = f"{_failed_banner(verdict)} {report.summary}"
+            report = dataclasses.replace(report, summary=summary)
+        # Drawn in the pool while the manifest is made and save writes the other files.
+        plots = _PendingPlots(report, pool) if pool is not None else None
     manifest = _manifest(
         config,
         tinfo,
@@ -208,17 +213,7 @@ def build_suite(
         for it in items
         if it.fidelity not in (None, "tokens")
     ]
-    report = build_report(
-        evidence,
-        stats=part.stats,
-        quotas=quotas,
-        items=items,
-        meta={"method": config.method, "seed": config.seed},
-    )
-    if verdict.mismatch is not None:
-        # On top of every rendering of the report (report.md, report.html, the CLI line).
-        report = dataclasses.replace(report, summary=f"{_failed_banner(verdict)} {report.summary}")
-    return Suite(items, manifest, report=report, tokenizer=tok)
+    return Suite(items, manifest, report=report, tokenizer=tok, plots=plots)
 
 
 def export_suite(
@@ -462,8 +457,19 @@ def _warm_imports() -> None:
         pass
 
 
+#: The warm-imports threads started, joined before this process forks again.
+_WARMING: list[threading.Thread] = []
+
+
 def _start_warm_imports() -> None:
-    threading.Thread(target=_warm_imports, name="distprompt-imports", daemon=True).start()
+    t = threading.Thread(target=_warm_imports, name="distprompt-imports", daemon=True)
+    t.start()
+    _WARMING.append(t)
+
+
+def _join_warm_imports() -> None:
+    while _WARMING:
+        _WARMING.pop().join()
 
 
 def _template_summary(profile: Any) -> dict[str, Any] | None:
@@ -542,6 +548,108 @@ def _select_source(
         seed=config.seed,
     )
     return chosen, ev
+
+
+def _select_job(
+    cands: list[Candidate], quota: Quota, config: Config, stats: SourceStats
+) -> tuple[list[tuple[Candidate, int, float]], SourceEvidence | None]:
+    """:func:`_select_source` in a worker process (on one BLAS thread, as here)."""
+    with _one_thread():
+        return _select_source(cands, quota, config, stats)
+
+
+@contextlib.contextmanager
+def _post_pass_pool(big: bool, workers: int) -> Iterator[ProcessPoolExecutor | None]:
+    """After the pass over a large corpus: ``workers`` processes that select sources (several
+    at once, while this one reads back and decodes the sources already done) and then draw the
+    report's plots (while this one writes the other files). None for a small corpus, where
+    starting processes costs more than they save: everything runs here."""
+    if not big:
+        yield None
+        return
+    _join_warm_imports()  # a fork while another thread imports can deadlock the child
+    from distprompt.read.engine import process_pool
+
+    with process_pool(workers, wait=False) as pool:
+        yield pool
+
+
+def _select_and_decode(
+    part: Partial,
+    quotas: dict[str, Quota],
+    config: Config,
+    shards: Sequence[Shard],
+    *,
+    tok: Any,
+    profile: Any,
+    warn: Callable[[str], None],
+    pool: ProcessPoolExecutor | None,
+) -> tuple[dict[str, int], list[SuiteItem], dict[str, SourceEvidence | None]]:
+    """Select each source's representatives, read them back and decode them.
+
+    With ``pool``, the sources are selected in its processes, the largest pools first, and each
+    is read back and decoded here as soon as it is done; without, one after another here. The
+    selection of a source does not depend on where it runs, and the results are put in source
+    order: the same items, counts and evidence either way.
+
+    Returns:
+        Items selected per source, the items (by source, then cluster), the report's evidence.
+    """
+    sources = sorted(part.stats)
+    picks: dict[str, list[_Pick]] = {}
+    evidence: dict[str, SourceEvidence | None] = {}
+    items: dict[str, list[SuiteItem]] = {}
+    # With Ray, all picks are decoded at the end as tasks spread over the cluster.
+    decode_here = config.engine != "ray"
+
+    def take(source: str, result: tuple[list[tuple[Candidate, int, float]], Any]) -> None:
+        chosen, evidence[source] = result
+        loaded = load_candidates([c for c, _, _ in chosen], shards, seed=config.seed)
+        picks[source] = [
+            (cand, cluster, size, weight)
+            for cluster, (cand, (_, size, weight)) in enumerate(zip(loaded, chosen, strict=True))
+        ]
+        if decode_here:
+            items[source] = _make_batch(picks[source], (tok, profile, config))
+
+    def args(source: str) -> tuple[list[Candidate], Quota, Config, SourceStats]:
+        return part.pools[source].candidates(), quotas[source], config, part.stats[source]
+
+    with _one_thread():
+        if pool is None:
+            for source in sources:
+                take(source, _select_source(*args(source)))
+        else:
+            from concurrent.futures import as_completed
+
+            largest_first = sorted(sources, key=lambda s: (-len(part.pools[s]), s))
+            futures = {pool.submit(_select_job, *args(s)): s for s in largest_first}
+            for fut in as_completed(futures):
+                take(futures[fut], fut.result())
+        if decode_here:
+            every = [it for s in sources for it in items[s]]
+        else:
+            every = _make_items(
+                [p for s in sources for p in picks[s]],
+                tokenizer=tok,
+                profile=profile,
+                config=config,
+                warn=warn,
+            )
+    counts = {s: len(picks[s]) for s in sources}
+    return counts, every, {s: evidence[s] for s in sources}
+
+
+class _PendingPlots:
+    """The report's plots, drawn in ``pool``'s processes (one task a plot); calling waits."""
+
+    def __init__(self, report: Any, pool: ProcessPoolExecutor) -> None:
+        from distprompt.write.render import plot, plot_names
+
+        self._futures = {name: pool.submit(plot, report, name) for name in plot_names(report)}
+
+    def __call__(self) -> dict[str, bytes]:
+        return {name: f.result() for name, f in self._futures.items()}
 
 
 #: A selected candidate and its cluster index, cluster size and weight.

@@ -31,17 +31,22 @@ import tempfile
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from distprompt.config import require_engine
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 __all__ = [
     "MAX_RETRIES",
     "UnitFailure",
     "connect_ray",
     "process_map",
+    "process_pool",
     "ray_map",
     "ray_unit_bytes",
+    "terminate_pool",
 ]
 
 logger = logging.getLogger("distprompt.read.engine")
@@ -81,18 +86,40 @@ def process_map(fn: Callable[[T], R], args: Sequence[T], *, workers: int) -> Ite
         ...     list(results)
         [1, 2]
     """
+    with process_pool(workers) as ex:
+        yield ex.map(fn, args)
+
+
+@contextlib.contextmanager
+def process_pool(workers: int, *, wait: bool = True) -> Iterator[ProcessPoolExecutor]:
+    """A pool of ``workers`` local processes, with :func:`process_map`'s handling of Ctrl-C and
+    errors: on an error or an interruption in the ``with`` body the queued work is cancelled and
+    the workers are terminated. With ``wait=False`` the body's end does not wait for the work
+    submitted: the workers finish it (its futures still resolve) and exit.
+
+    Example:
+        >>> with process_pool(2) as ex:  # doctest: +SKIP
+        ...     ex.submit(abs, -1).result()
+        1
+    """
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint) as ex:
-        try:
-            yield ex.map(fn, args)
-        except BaseException:
-            # shutdown() would wait for every running unit to finish; the result is not wanted.
-            ex.shutdown(wait=False, cancel_futures=True)
-            procs = getattr(ex, "_processes", None) or {}  # private, but the only handle
-            for proc in list(procs.values()):
-                proc.terminate()
-            raise
+    ex = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint)
+    try:
+        yield ex
+    except BaseException:
+        # shutdown() would wait for every running unit to finish; the result is not wanted.
+        terminate_pool(ex)
+        raise
+    ex.shutdown(wait=wait)
+
+
+def terminate_pool(ex: ProcessPoolExecutor) -> None:
+    """Cancel the pool's queued work and terminate its workers (their results are not wanted)."""
+    ex.shutdown(wait=False, cancel_futures=True)
+    procs = getattr(ex, "_processes", None) or {}  # private, but the only handle
+    for proc in list(procs.values()):
+        proc.terminate()
 
 
 def _ignore_sigint() -> None:

@@ -155,19 +155,27 @@ class Report:
 
         return html_page(self, plots(self))
 
-    def write(self, out: str | os.PathLike[str]) -> list[str]:
+    def write(
+        self, out: str | os.PathLike[str], *, pngs: Mapping[str, bytes] | None = None
+    ) -> list[str]:
         """Write ``report.json``, ``report.md``, the PNG plots and ``report.html`` into ``out``.
 
         Every file is written atomically. Returns the names written.
+
+        Args:
+            out: The folder.
+            pngs: The plots, already drawn (:func:`distprompt.write.render.plots` of this
+                report, e.g. in other processes); drawn here when None.
         """
         out_path = Path(out)
         atomic_write_bytes(out_path / REPORT_JSON, self.to_json())
-        return [REPORT_JSON, *self._render(out_path)]
+        return [REPORT_JSON, *self._render(out_path, pngs)]
 
-    def _render(self, out: Path) -> list[str]:
+    def _render(self, out: Path, pngs: Mapping[str, bytes] | None = None) -> list[str]:
         from distprompt.write.render import html_page, markdown, plots
 
-        pngs = plots(self)
+        if pngs is None:
+            pngs = plots(self)
         for name, data in pngs.items():
             atomic_write_bytes(out / name, data)
         atomic_write_bytes(out / REPORT_MD, markdown(self).encode("utf-8"))

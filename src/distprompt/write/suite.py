@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,8 @@ class Suite:
     """A benchmark prompt suite: items (iterable, ``len``) and the manifest that explains them.
 
     ``tokenizer`` is the one the suite was built with (:func:`build_suite` passes it), kept so
-    that :meth:`save` need not load it again.
+    that :meth:`save` need not load it again; ``plots`` returns the report's PNGs when they are
+    drawn elsewhere (:func:`build_suite` draws them in worker processes on a large corpus).
 
     Example:
         >>> suite = build_suite("data_samples/prepared", tokenizer=tok)  # doctest: +SKIP
@@ -52,10 +53,14 @@ class Suite:
         *,
         report: Report | None = None,
         tokenizer: Any = None,
+        plots: Callable[[], Mapping[str, bytes]] | None = None,
     ) -> None:
         self.items: tuple[SuiteItem, ...] = tuple(items)
         self.manifest = manifest
         self._report = report
+        # The report's plots when they are being drawn elsewhere (build_suite draws them in
+        # worker processes on a large corpus): called by save, after the other files.
+        self._plots = plots
         # The tokenizer build_suite loaded, for save (a second load costs seconds).
         self._tokenizer = tokenizer
 
@@ -150,7 +155,8 @@ class Suite:
             if failed is not None and "run_md" in files:
                 _put_on_top(tmp / files["run_md"][0], failed)
             if self._report is not None:
-                files["report"] = self._report.write(tmp)
+                pngs = self._plots() if self._plots is not None else None
+                files["report"] = self._report.write(tmp, pngs=pngs)
             manifest = dict(self.manifest)
             manifest["files"] = {k: sorted(v) for k, v in sorted(files.items())}
             self.manifest = manifest
