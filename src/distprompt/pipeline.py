@@ -14,6 +14,7 @@ import logging
 import os
 import platform
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -114,6 +115,7 @@ def build_suite(
         if warn is not None:
             warn(msg)
 
+    started = time.perf_counter()
     run = _run_pass(
         data,
         tokenizer,
@@ -155,6 +157,8 @@ def build_suite(
             f"({why}); check DATA and the bad-row counts"
         )
 
+    passed = time.perf_counter()
+    logger.info("tokenizer, pass and tokenizer checks: %.1f s", passed - started)
     rows = {s: st.rows for s, st in part.stats.items()}
     available = {s: len(part.pools[s]) for s in part.stats}
     quotas = allocate(
@@ -194,6 +198,11 @@ def build_suite(
             report = dataclasses.replace(report, summary=summary)
         # Drawn in the pool while the manifest is made and save writes the other files.
         plots = _PendingPlots(report, pool) if pool is not None else None
+    logger.info(
+        "selection, decoding and report (%s): %.1f s",
+        f"{config.workers} worker processes" if pool is not None else "in this process",
+        time.perf_counter() - passed,
+    )
     manifest = _manifest(
         config,
         tinfo,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -136,6 +137,8 @@ class Suite:
         """
         from distprompt.write import export
 
+        started = time.perf_counter()
+        waited = 0.0
         out_path = Path(out)
         fmts = tuple(FORMATS if formats is None else formats)
         tok_name = str(self.manifest.get("tokenizer", {}).get("name", ""))
@@ -155,13 +158,21 @@ class Suite:
             if failed is not None and "run_md" in files:
                 _put_on_top(tmp / files["run_md"][0], failed)
             if self._report is not None:
+                waited = time.perf_counter()
                 pngs = self._plots() if self._plots is not None else None
+                waited = time.perf_counter() - waited
                 files["report"] = self._report.write(tmp, pngs=pngs)
             manifest = dict(self.manifest)
             manifest["files"] = {k: sorted(v) for k, v in sorted(files.items())}
             self.manifest = manifest
             # The manifest goes last: its presence marks a complete suite.
             atomic_write_bytes(tmp / MANIFEST_NAME, self.manifest_bytes())
+        logger.info(
+            "saved %s in %.1f s (%.1f s of it waiting for the plots drawn elsewhere)",
+            out_path,
+            time.perf_counter() - started,
+            waited,
+        )
         return out_path
 
     def summary(self, out: str | os.PathLike[str] | None = None) -> str:
