@@ -154,3 +154,24 @@ def test_subprocess_module_and_help(corpus: Path, qwen_dir: Path, tmp_path: Path
     assert r.returncode == 0, r.stderr
     assert (out / "manifest.json").is_file()
     assert "Traceback" not in r.stderr
+
+
+def test_the_command_imports_scikit_learn_without_pandas() -> None:
+    # scikit-learn imports pandas when it is installed (76 MB, 0.6 s); the command's process
+    # refuses that one import, and scikit-learn works as without pandas; pandas still imports.
+    pytest.importorskip("pandas")
+    code = (
+        "import sys\n"
+        "from distprompt import cli\n"
+        "cli._keep_pandas_out()\n"
+        "import numpy as np\n"
+        "from sklearn.decomposition import TruncatedSVD\n"
+        "from sklearn.utils import fixes\n"
+        "assert fixes.pd is None and 'pandas' not in sys.modules\n"
+        "x = TruncatedSVD(2, random_state=0).fit_transform(np.eye(5))\n"
+        "import pandas\n"
+        "print(x.shape, pandas.__name__)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["(5,", "2)", "pandas"]

@@ -176,16 +176,19 @@ def test_byte_identical_outputs(corpus: Path, qwen_dir: Path, tmp_path: Path) ->
     assert manifest["config"]["seed"] == 3
 
 
-@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("workers", [2, 3])
 def test_selection_and_plots_in_worker_processes_write_the_same_files(
     corpus: Path, qwen_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
 ) -> None:
-    # A large corpus selects its sources and draws its plots in worker processes; every file
-    # (suite, exports, report, PNGs, manifest) must be the bytes of the in-process run.
+    # A large corpus with several workers selects its sources and draws its plots in worker
+    # processes; every file (suite, exports, report, PNGs, manifest) must be the bytes of the
+    # run in this process.
     from distprompt import pipeline
 
     here = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3).save(tmp_path / "a")
     monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
+    one = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3, workers=1)
+    assert one._plots is None  # one worker: selection and plots here
     suite = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3, workers=workers)
     assert suite._plots is not None  # the pool path was taken
     there = suite.save(tmp_path / "b")

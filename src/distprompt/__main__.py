@@ -1,5 +1,3 @@
-import sys
+from distprompt.cli import run
 
-from distprompt.cli import main
-
-sys.exit(main())
+run()

@@ -13,6 +13,7 @@ import hashlib
 import logging
 import os
 import platform
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -180,27 +181,34 @@ def build_suite(
     if config.recover_turns:
         profile = _learn_profile(tok, tinfo, _warn)
 
+    # On a large corpus with several workers, the sources are selected in worker processes,
+    # and the plots are drawn in others while the manifest and the other files are written.
+    # With one worker, all of it runs here: a forked worker would copy ~100 MB of the pages it
+    # shares with this process (measured on the benchmark corpus), for a second or two.
     big = sum(s.size for s in shards) >= _OVERLAP_BYTES
-    with _post_pass_pool(big, config.workers) as pool:
+    parallel = big and config.workers > 1
+    with _forked_pool(config.workers if parallel else 0) as pool:
         selected_counts, items, evidence = _select_and_decode(
             part, quotas, config, shards, tok=tok, profile=profile, warn=_warn, pool=pool
         )
-        report = build_report(
-            evidence,
-            stats=part.stats,
-            quotas=quotas,
-            items=items,
-            meta={"method": config.method, "seed": config.seed},
-        )
-        if verdict.mismatch is not None:
-            # On top of every rendering of the report (report.md, report.html, the CLI line).
-            summary = f"{_failed_banner(verdict)} {report.summary}"
-            report = dataclasses.replace(report, summary=summary)
-        # Drawn in the pool while the manifest is made and save writes the other files.
-        plots = _PendingPlots(report, pool) if pool is not None else None
+    report = build_report(
+        evidence,
+        stats=part.stats,
+        quotas=quotas,
+        items=items,
+        meta={"method": config.method, "seed": config.seed},
+    )
+    if verdict.mismatch is not None:
+        # On top of every rendering of the report (report.md, report.html, the CLI line).
+        report = dataclasses.replace(report, summary=f"{_failed_banner(verdict)} {report.summary}")
+    plots = None
+    if parallel:
+        with _forked_pool(config.workers, wait=False) as pool:
+            assert pool is not None
+            plots = _PendingPlots(report, pool)
     logger.info(
         "selection, decoding and report (%s): %.1f s",
-        f"{config.workers} worker processes" if pool is not None else "in this process",
+        f"selection in {config.workers} worker processes" if parallel else "in this process",
         time.perf_counter() - passed,
     )
     manifest = _manifest(
@@ -559,28 +567,57 @@ def _select_source(
     return chosen, ev
 
 
+def _trim_heap() -> None:
+    """Give the C heap's free memory back to the system (glibc's ``malloc_trim``), so that what
+    selection freed is neither counted nor shared with — and copied by — a forked worker."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: musl has none
+        ctypes.CDLL(None).malloc_trim(0)
+
+
+#: The pools being selected from, for worker processes forked from this one (see _select_job).
+_SELECTING: dict[str, list[Candidate]] = {}
+
+
 def _select_job(
-    cands: list[Candidate], quota: Quota, config: Config, stats: SourceStats
+    source: str,
+    quota: Quota,
+    config: Config,
+    stats: SourceStats,
+    cands: list[Candidate] | None = None,
 ) -> tuple[list[tuple[Candidate, int, float]], SourceEvidence | None]:
-    """:func:`_select_source` in a worker process (on one BLAS thread, as here)."""
+    """:func:`_select_source` in a worker process (on one BLAS thread, as here); a forked
+    worker finds the pool in :data:`_SELECTING` (copying it costs a second and tens of MB)."""
     with _one_thread():
-        return _select_source(cands, quota, config, stats)
+        return _select_source(_SELECTING[source] if cands is None else cands, quota, config, stats)
 
 
 @contextlib.contextmanager
-def _post_pass_pool(big: bool, workers: int) -> Iterator[ProcessPoolExecutor | None]:
-    """After the pass over a large corpus: ``workers`` processes that select sources (several
-    at once, while this one reads back and decodes the sources already done) and then draw the
-    report's plots (while this one writes the other files). None for a small corpus, where
-    starting processes costs more than they save: everything runs here."""
-    if not big:
+def _forked_pool(workers: int, *, wait: bool = True) -> Iterator[ProcessPoolExecutor | None]:
+    """``workers`` processes forked from this one (None for 0), for the work after the pass.
+
+    Objects that exist when the pool starts are left out of the garbage collector's walks
+    until it is done with: a walk in a forked worker writes to every object it visits, which
+    copies the pages it shares with this process (the tokenizer, the imports, the pools).
+    """
+    if workers < 1:
         yield None
         return
     _join_warm_imports()  # a fork while another thread imports can deadlock the child
+    import gc
+
     from distprompt.read.engine import process_pool
 
-    with process_pool(workers, wait=False) as pool:
-        yield pool
+    _trim_heap()
+    gc.freeze()  # the workers are forked as the first tasks are submitted, in the body
+    try:
+        with process_pool(workers, wait=wait) as pool:
+            yield pool
+    finally:
+        gc.unfreeze()
 
 
 def _select_and_decode(
@@ -621,20 +658,35 @@ def _select_and_decode(
         if decode_here:
             items[source] = _make_batch(picks[source], (tok, profile, config))
 
-    def args(source: str) -> tuple[list[Candidate], Quota, Config, SourceStats]:
-        return part.pools[source].candidates(), quotas[source], config, part.stats[source]
-
     with _one_thread():
         if pool is None:
-            for source in sources:
-                take(source, _select_source(*args(source)))
+            for s in sources:
+                take(
+                    s, _select_source(part.pools[s].candidates(), quotas[s], config, part.stats[s])
+                )
         else:
+            import multiprocessing
             from concurrent.futures import as_completed
 
             largest_first = sorted(sources, key=lambda s: (-len(part.pools[s]), s))
-            futures = {pool.submit(_select_job, *args(s)): s for s in largest_first}
-            for fut in as_completed(futures):
-                take(futures[fut], fut.result())
+            forked = multiprocessing.get_start_method() == "fork"
+            _SELECTING.update({s: part.pools[s].candidates() for s in sources} if forked else {})
+            try:
+                futures = {
+                    pool.submit(
+                        _select_job,
+                        s,
+                        quotas[s],
+                        config,
+                        part.stats[s],
+                        None if forked else part.pools[s].candidates(),
+                    ): s
+                    for s in largest_first
+                }
+                for fut in as_completed(futures):
+                    take(futures[fut], fut.result())
+            finally:
+                _SELECTING.clear()
         if decode_here:
             every = [it for s in sources for it in items[s]]
         else:
