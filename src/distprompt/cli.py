@@ -53,7 +53,11 @@ Data = Annotated[
 ]
 Workers = Annotated[
     int,
-    typer.Option(help="Processes reading shards in parallel (large shards in byte ranges).", min=1),
+    typer.Option(
+        help="Processes reading shards in parallel (large shards in byte ranges); on a large "
+        "corpus, 2 or more also select sources and draw plots in parallel (more memory).",
+        min=1,
+    ),
 ]
 Glob = Annotated[
     str | None,
