@@ -286,7 +286,8 @@ def _short(raw: bytes, shard: str, line: int, offset: int) -> ListView | None:
         m = bytes(mask)  # ints in 0..255 only
     except (TypeError, OverflowError, ValueError):
         return None
-    if m.translate(None, b"\x00\x01") or int(arr.min()) < 0:
+    # a negative id is written with a "-" (rare elsewhere in a short line: memchr, no numpy)
+    if m.translate(None, b"\x00\x01") or (b"-" in raw and int(arr.min()) < 0):
         return None
     where = Provenance(shard=shard, line=line, offset=offset)
     turns = m.count(b"\x00\x01") + (m[0] == 1)
