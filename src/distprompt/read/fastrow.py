@@ -571,10 +571,10 @@ def _fast(raw: bytes, shard: str, line: int, offset: int, id_limit: int | None) 
         return None
     sep, digits = checked
     # loss_mask: seq_len elements, each 0 or 1, separated by "," or ", "
-    mask = _check_mask(raw, j0, j1, seq_len)
-    if mask is None:
+    checked_mask = _check_mask(raw, j0, j1, seq_len)
+    if checked_mask is None:
         return None
-    stride, turns = mask
+    stride, turns = checked_mask
     # the prompt ids: the first n_prompt elements lie within n_prompt * (digits + sep) bytes
     n = i1 - i0
     bound = n if n_prompt == seq_len else min(n, n_prompt * (digits + sep))
