@@ -378,3 +378,101 @@ def test_compressed_candidates_are_read_back(tmp_path: Path, suffix: str) -> Non
         assert c.prompt_ids is not None and c.prompt_ids.tolist() == r["input_ids"][:n]
         assert c.prompt_mask is not None and c.prompt_mask.tolist() == r["loss_mask"][:n]
         assert c.response_ids is not None and len(c.response_ids) == c.first_response_length
+
+
+def _row_line(ids: bytes, mask: bytes, seq_len: int, n_prompt: int = 1) -> bytes:
+    return (
+        b'{"input_ids": ['
+        + ids
+        + b'], "loss_mask": ['
+        + mask
+        + b'], "seq_len": '
+        + str(seq_len).encode()
+        + b', "n_prompt_tokens": '
+        + str(n_prompt).encode()
+        + b', "n_response_tokens": '
+        + str(seq_len - n_prompt).encode()
+        + b', "source": "s"}'
+    )
+
+
+def _boundary_lines() -> list[bytes]:
+    """Lines at the edges of the byte checks' shortcuts: long numbers at every alignment (the
+    8-byte blocks of the run check, its tail), numbers of exactly a limit's length around
+    the limit, and mask bodies with the bytes one off from ``","`` and ``" "``."""
+    out = []
+    for sep in (b",", b", "):
+        for long in (10**14, 10**15 - 1, 10**17, 10**18 - 1, 10**18, 10**18 + 1, 2**63 - 1, 2**63):
+            for before in range(10):
+                ids = [3] * before + [long] + [5] * (before % 3)
+                body = sep.join(str(i).encode() for i in ids)
+                mask = sep.join(b"1" for _ in ids)
+                out.append(_row_line(body, mask, len(ids), n_prompt=len(ids)))
+        for limit in (1000, 1400, 1450, 151669, 10**17):
+            for near in (limit - 1, limit, limit + 1, limit * 10 - 1):
+                ids = [7, near, 1] if near % 2 else [near, 9, 10, 0]
+                body = sep.join(str(i).encode() for i in ids)
+                mask = sep.join(b"0" for _ in ids)
+                out.append(_row_line(body, mask, len(ids), n_prompt=len(ids)))
+    for mask in (
+        b"0, 1, 1",
+        b"0- 1, 1",
+        b"0,!1, 1",
+        b"0, 1,!1",
+        b"1, 1- 1",
+        b"0, 1, 2",
+        b"0, 1, /",
+        b"0,  1,1",
+        b"0,1,1",
+        b"0,1-1",
+        b"0,1,\x00",
+        b"0.1,1",
+    ):
+        out.append(_row_line(b"1, 2, 3", mask, 3))
+    for ids in (b"0, 1, 00", b"0, 0, 0", b"10, 0, 01", b"00, 1, 2", b"0,0,0", b"1,00,2", b"1,0,02"):
+        out.append(_row_line(ids, b"0, 1, 1", 3))
+    return out
+
+
+BOUNDARY_LINES = _boundary_lines()
+
+
+@pytest.mark.parametrize("raw", BOUNDARY_LINES)
+def test_boundary_lines(path: str, raw: bytes) -> None:
+    agree(raw)
+
+
+def test_fresh_buffers_for_huge_bodies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bodies over the kept buffers' bound get fresh temporaries: the same verdicts."""
+    monkeypatch.setattr(fastrow, "SHORT_LINE", 0)
+    monkeypatch.setattr(fastrow, "_SCRATCH_MAX", 8)
+    for raw in [*EDGE_LINES, *BOUNDARY_LINES]:
+        agree(raw)
+
+
+def test_buffers_reused_across_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long valid row, then damaged shorter ones, then the long one again: what a row
+    leaves in the kept buffers never decides the next row."""
+    monkeypatch.setattr(fastrow, "SHORT_LINE", 0)
+    big = json.dumps(random_row(5000, 900, seed=11)).encode()
+    lines = [big, *BOUNDARY_LINES, big, *[c[1] for c in LINES], big]
+    for raw in lines:
+        agree(raw)
+
+
+def test_scratch_is_per_thread() -> None:
+    """Threads reading rows at once each get their own buffers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rows = [json.dumps(random_row(2000 + 97 * i, 300, seed=i)).encode() for i in range(8)]
+    want = [parse_row(r, shard="s", line=1, offset=0).prompt_ids.tolist() for r in rows]
+
+    def read_all(k: int) -> list[list[int]]:
+        return [
+            read_row(rows[(k + j) % 8], shard="s", line=1, offset=0).prompt_ids.tolist()
+            for j in range(40)
+        ]
+
+    with ThreadPoolExecutor(4) as pool:
+        for k, got in enumerate(pool.map(read_all, range(8))):
+            assert got == [want[(k + j) % 8] for j in range(40)]

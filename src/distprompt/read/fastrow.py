@@ -31,6 +31,7 @@ mask, the first trained span and its ids are read on demand, for the rows a pool
 from __future__ import annotations
 
 import re
+import threading
 from array import array
 from typing import TypeVar
 
@@ -285,7 +286,8 @@ def _short(raw: bytes, shard: str, line: int, offset: int) -> ListView | None:
         m = bytes(mask)  # ints in 0..255 only
     except (TypeError, OverflowError, ValueError):
         return None
-    if m.translate(None, b"\x00\x01") or int(arr.min()) < 0:
+    # a negative id is written with a "-" (rare elsewhere in a short line: memchr, no numpy)
+    if m.translate(None, b"\x00\x01") or (b"-" in raw and int(arr.min()) < 0):
         return None
     where = Provenance(shard=shard, line=line, offset=offset)
     turns = m.count(b"\x00\x01") + (m[0] == 1)
@@ -326,9 +328,12 @@ def read_row(
     return FullView(parse_row(raw, shard=shard, line=line, offset=offset))
 
 
-def _body(raw: bytes, key: bytes) -> tuple[int, int, int] | None:
-    """``(key position, body start, body end)`` of the array after ``key``, written once."""
-    k = raw.find(key)
+def _body(raw: bytes, key: bytes, near: int = 0) -> tuple[int, int, int] | None:
+    """``(key position, body start, body end)`` of the array after ``key``, looked for from
+    ``near`` first, then from the start (the caller checks that the key is written once)."""
+    k = raw.find(key, near)
+    if k < 0 and near:
+        k = raw.find(key)
     if k < 0:
         return None
     m = _OPEN.match(raw, k + len(key))
@@ -341,21 +346,185 @@ def _body(raw: bytes, key: bytes) -> tuple[int, int, int] | None:
     return k, start, end
 
 
-def _runs(dig: np.ndarray, r: int) -> np.ndarray:
-    """``w[p]`` is True where ``dig[p : p + r]`` is all True (runs of at least ``r`` digits)."""
+class _Scratch(threading.local):
+    """Per-thread buffers the byte checks write their temporaries into.
+
+    A fresh temporary of a long row's size is a fresh ``mmap`` for the allocator (over its
+    threshold of 128 KB): dozens of page faults per temporary, which cost more than the checks
+    themselves. Bodies longer than :data:`_SCRATCH_MAX` get fresh temporaries (kept buffers stay
+    bounded).
+    """
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.bufs: tuple[np.ndarray, ...] = ()
+
+    def get(self, n: int) -> tuple[np.ndarray, ...]:
+        """Four boolean buffers of at least ``n`` elements."""
+        if n > _SCRATCH_MAX:
+            return tuple(np.empty(n, dtype=bool) for _ in range(4))
+        if n > self.size:
+            self.size = max(n, 2 * self.size, 1 << 16)
+            self.bufs = tuple(np.empty(self.size, dtype=bool) for _ in range(4))
+        return self.bufs
+
+
+_SCRATCH_MAX = 4 << 20
+_scratch = _Scratch()
+
+
+def _runs(dig: np.ndarray, r: int, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``w[p]`` is True where ``dig[p : p + r]`` is all True (runs of at least ``r`` digits);
+    ``x`` and ``y`` are buffers as long as ``dig`` (``w`` is a view of one of them)."""
     w, have = dig, 1
     while have < r:
         step = min(have, r - have)
-        w = w[:-step] & w[step:]
+        k = w.shape[0] - step
+        if k <= 0:
+            return x[:0]
+        out = x if w.base is not x else y
+        w = np.logical_and(w[:-step], w[step:], out=out[:k])
         have += step
     return w
+
+
+_ALL_DIGITS = np.uint64(0x0101010101010101)  # eight True bools read as one uint64
+
+
+def _has_run(dig: np.ndarray, r: int, x: np.ndarray, y: np.ndarray) -> bool:
+    """Whether ``dig`` holds a run of at least ``r >= 15`` True values.
+
+    A run of 15 or more covers a whole aligned block of 8 of ``dig[:n8]`` (``n8``: the length
+    rounded down to 8): one ending by ``n8`` does, and one ending after it covers the block that
+    ends at ``n8`` (at most 7 of its values lie after). Without such a block there is none.
+    """
+    n = dig.shape[0]
+    n8 = n - n % 8
+    if not n8 or not (dig[:n8].view(np.uint64) == _ALL_DIGITS).any():
+        return False
+    return bool(_runs(dig, r, x, y).any())
+
+
+def _check_ids(raw: bytes, i0: int, i1: int, seq_len: int, limit: int) -> tuple[int, int] | None:
+    """``(bytes per separator, most digits an id may have)`` when ``raw[i0:i1]`` is a valid
+    ``input_ids`` body of ``seq_len`` ids below ``limit``; None when it is not (or might not be).
+
+    Digits and commas only, or digits and ``", "`` (every comma followed by one space, every
+    space after a comma); no empty element, no leading zero, no sign, point or exponent.
+    """
+    n = i1 - i0
+    a = np.frombuffer(raw, np.uint8, count=n, offset=i0)
+    if a.max() > 57:
+        return None  # a byte above "9"
+    if raw.find(b"-", i0, i1) >= 0 or raw.find(b".", i0, i1) >= 0 or raw.find(b"/", i0, i1) >= 0:
+        return None  # 45-47: the bytes between "," and "0"
+    dig_b, com_b, x, y = _scratch.get(n)
+    dig = np.greater_equal(a, 48, out=dig_b[:n])
+    com = np.equal(a, 44, out=com_b[:n])
+    n_dig = int(np.count_nonzero(dig))
+    n_commas = int(np.count_nonzero(com))
+    if n_commas + 1 != seq_len or not dig[0] or not dig[-1]:
+        return None
+    if raw.find(b" ", i0, i1) < 0:
+        sep = 1
+        if n_dig + n_commas != n:
+            return None  # a byte other than a digit or a comma
+        if n_commas and np.logical_and(com[:-1], com[1:], out=x[: n - 1]).any():
+            return None  # an empty element
+    else:
+        sep = 2
+        sp = np.equal(a, 32, out=y[:n])
+        if n_dig + n_commas + int(np.count_nonzero(sp)) != n:
+            return None  # a byte other than a digit, a comma or a space
+        # every comma followed by a space and every space after a comma (the first and last
+        # bytes are digits); the spaces then are the separators' second bytes
+        if sp[0] or np.not_equal(com[:-1], sp[1:], out=x[: n - 1]).any():
+            return None
+        if n_commas and np.logical_and(sp[:-1], com[1:], out=x[: n - 1]).any():
+            return None  # an empty element (", , ")
+    # a leading zero: a 0 followed by a digit at the start of a number (the first byte, or the
+    # byte after a separator)
+    if n > 1 and raw[i0] == 48 and dig[1]:
+        return None
+    k = n - 1 - sep
+    if k > 0:
+        z = np.equal(a[sep : n - 1], 48, out=x[:k])
+        z &= dig[sep + 1 :]
+        z &= com[:k]
+        if z.any():
+            return None
+    # range: numbers shorter than the limit's digits are below it, longer ones are not
+    if limit >= 10**_SAFE_DIGITS:
+        if _has_run(dig, _SAFE_DIGITS + 1, x, y):
+            return None
+        return sep, _SAFE_DIGITS
+    text = str(limit).encode()
+    digits = len(text)
+    w = _runs(dig, digits, x, y)
+    if not w.any():
+        return sep, digits
+    if w.shape[0] > 1:
+        other = com_b if w.base is not com_b else dig_b  # dig and com are no longer needed
+        if np.logical_and(w[:-1], w[1:], out=other[: w.shape[0] - 1]).any():
+            return None  # a number longer than the limit
+    # numbers of exactly the limit's length (fewer than 19 digits): their values, compared
+    at = w.nonzero()[0]
+    cols = a[at[:, None] + _COLUMNS[:digits]].astype(np.int64)
+    if int((cols @ _POWERS[-digits:]).max()) < limit + 48 * _ONES[digits]:
+        return sep, digits
+    return None  # equal to the limit
+
+
+_COLUMNS = np.arange(_SAFE_DIGITS + 1)
+_POWERS = 10 ** np.arange(_SAFE_DIGITS, -1, -1, dtype=np.int64)  # 10**18 ... 1
+#: ``_ONES[d]``: the number of ``d`` ones (what ``"0"`` bytes, 48 each, add to a value).
+_ONES = [(10**d - 1) // 9 for d in range(_SAFE_DIGITS + 2)]
+
+#: ``"0, "`` repeated: the stride-3 mask body with every element 0 (grown on demand).
+_PATTERN3 = np.frombuffer(b"0, " * (1 << 16), np.uint8)
+
+
+def _check_mask(raw: bytes, j0: int, j1: int, seq_len: int) -> tuple[int, int] | None:
+    """``(bytes per element, number of runs of 1s)`` when ``raw[j0:j1]`` is a valid
+    ``loss_mask`` body of ``seq_len`` elements (0 or 1, separated by ``","`` or ``", "``)."""
+    global _PATTERN3
+    m = j1 - j0
+    stride = 2 if m < 3 or raw[j0 + 2] != 32 else 3
+    if m != seq_len * stride - (stride - 1):
+        return None
+    last = raw[j1 - 1] - 48
+    if not 0 <= last <= 1:
+        return None
+    if seq_len == 1:
+        return stride, last
+    b = np.frombuffer(raw, np.uint8, count=m, offset=j0)
+    _, _, x, y = _scratch.get(m)
+    if stride == 2:
+        # "0," and "1," as little-endian uint16: 44 * 256 + 48 and + 49
+        k = seq_len - 1
+        pairs = np.subtract(
+            b[: 2 * k].view("<u2"), np.uint16(11312), out=x[: 2 * k].view(np.uint16)
+        )
+        if pairs.max() > 1:
+            return None
+        up = np.greater(pairs[1:], pairs[:-1], out=y[: k - 1])
+        return stride, int(pairs[0]) + int(np.count_nonzero(up)) + int(last > pairs[-1])
+    # stride 3: the body XOR "0, 0, ...": 0 or 1 at the digits, 0 elsewhere — or 1 where a
+    # "-" (for ",") or a "!" (for " ") stands, found apart
+    if _PATTERN3.shape[0] < m:
+        _PATTERN3 = np.frombuffer(b"0, " * (m // 3 + 1), np.uint8)
+    v = np.bitwise_xor(b, _PATTERN3[:m], out=x[:m].view(np.uint8))
+    if v.max() > 1 or raw.find(b"-", j0, j1) >= 0 or raw.find(b"!", j0, j1) >= 0:
+        return None
+    up = np.greater(v[3:], v[:-3], out=y[: m - 3])  # 0 then 1 at consecutive elements
+    return stride, int(v[0]) + int(np.count_nonzero(up))
 
 
 def _fast(raw: bytes, shard: str, line: int, offset: int, id_limit: int | None) -> LineView | None:
     ids = _body(raw, _IDS)
     if ids is None:
         return None
-    mask = _body(raw, _MASK)
+    mask = _body(raw, _MASK, ids[2])  # usually after the ids: no search through them
     if mask is None:
         return None
     ik, i0, i1 = ids
@@ -395,92 +564,22 @@ def _fast(raw: bytes, shard: str, line: int, offset: int, id_limit: int | None) 
     ):
         return None
     # input_ids: digits and commas only (or digits and ", ", as json.dumps writes), seq_len
-    # elements, no empty one, no leading zero
-    n = i1 - i0
-    a = np.frombuffer(raw, np.uint8, count=n, offset=i0)
-    sep = 1  # bytes per separator
-    if raw.find(b" ", i0, i1) >= 0:
-        sp = a == 32
-        if sp[0] or not np.array_equal(a[:-1] == 44, sp[1:]):
-            return None  # a space not after a comma, or a comma without its space
-        if a.max() > 57 or np.any((a < 44) != sp):
-            return None  # a byte other than a digit, a comma or the space after one
-        sep = 2
-    elif a.max() > 57 or a.min() < 44:
-        return None
-    if raw.find(b"-", i0, i1) >= 0 or raw.find(b".", i0, i1) >= 0 or raw.find(b"/", i0, i1) >= 0:
-        return None
-    dig = a >= 48
-    n_commas = (n - int(np.count_nonzero(dig))) // sep
-    if n_commas + 1 != seq_len or not dig[0] or not dig[-1]:
-        return None
-    if sep == 1 and n_commas and not np.all(dig[1:] | dig[:-1]):
-        return None  # an empty element
-    if sep == 2 and np.any(sp[:-1] & (a[1:] == 44)):
-        return None  # an empty element (", , ": every comma has its space)
-    if n > 1:
-        zero = a[:-1] == 48
-        zero &= dig[1:]  # a 0 followed by a digit ...
-        if zero[0] or np.any(zero[1:] & ~dig[:-2]):  # ... at the start of a number
-            return None
-    # range: numbers shorter than the limit's digits are below it, longer ones are not
+    # elements, no empty one, no leading zero, every id below the limit
     limit = _BIG if id_limit is None else min(int(id_limit), _BIG)
-    if limit > 10**_SAFE_DIGITS:
-        digits = _SAFE_DIGITS
-        if np.any(_runs(dig, digits + 1)):
-            return None
-    else:
-        digits = len(str(limit))
-        w = _runs(dig, digits)
-        if w.size and np.any(w):
-            if np.any(w[:-1] & w[1:]):
-                return None  # a number longer than the limit
-            # numbers of exactly the limit's length: compare digit by digit, keeping only those
-            # equal to the limit so far
-            at = np.flatnonzero(w)
-            for d, c in enumerate(str(limit).encode()):
-                col = a[at + d]
-                if np.any(col > c):
-                    return None
-                at = at[col == c]
-                if not at.size:
-                    break
-            else:
-                return None  # equal to the limit
+    checked = _check_ids(raw, i0, i1, seq_len, limit)
+    if checked is None:
+        return None
+    sep, digits = checked
     # loss_mask: seq_len elements, each 0 or 1, separated by "," or ", "
-    m = j1 - j0
-    stride = 2 if m < 3 or raw[j0 + 2] != 32 else 3
-    if m != seq_len * stride - (stride - 1):
+    checked_mask = _check_mask(raw, j0, j1, seq_len)
+    if checked_mask is None:
         return None
-    last = raw[j1 - 1] - 48
-    if not 0 <= last <= 1:
-        return None
-    if seq_len == 1:
-        turns = last
-    elif stride == 2:
-        # "0," and "1," as little-endian uint16: 44 * 256 + 48 and + 49
-        pairs = np.frombuffer(raw, "<u2", count=seq_len - 1, offset=j0) - np.uint16(11312)
-        if pairs.max() > 1:
-            return None
-        turns = (
-            int(pairs[0]) + int(np.count_nonzero(pairs[1:] > pairs[:-1])) + int(last > pairs[-1])
-        )
-    else:
-        b = np.frombuffer(raw, np.uint8, count=m, offset=j0)
-        ev = b[::3]
-        if ev.min() < 48 or ev.max() > 49:
-            return None
-        if not np.all(b[1::3] == 44) or not np.all(b[2::3] == 32):
-            return None
-        turns = int(ev[0] == 49) + int(np.count_nonzero(ev[1:] > ev[:-1]))
-    # the prompt ids
-    if n_prompt == seq_len:
-        end = n
-    else:
-        bound = min(n, n_prompt * (digits + sep))
-        commas = np.flatnonzero(a[:bound] == 44)
-        end = int(commas[n_prompt - 1])
-    prompt = _parse_ints(raw[i0 : i0 + end])  # numpy skips the space after each comma
+    stride, turns = checked_mask
+    # the prompt ids: the first n_prompt elements lie within n_prompt * (digits + sep) bytes
+    n = i1 - i0
+    bound = n if n_prompt == seq_len else min(n, n_prompt * (digits + sep))
+    # numpy skips the space after each comma; count stops at the prompt's end
+    prompt = np.fromstring(raw[i0 : i0 + bound], dtype=np.int64, sep=",", count=n_prompt)
     if prompt.shape[0] != n_prompt:
         return None
     where = Provenance(shard=shard, line=line, offset=offset)

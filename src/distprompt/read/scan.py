@@ -40,13 +40,21 @@ logger = logging.getLogger("distprompt.read.scan")
 _TWO64 = float(2**64)
 
 
+_LE_I8 = np.dtype("<i8")
+
+
+@functools.lru_cache(maxsize=8)
+def _hash_key(seed: int) -> bytes:
+    return seed.to_bytes(8, "little", signed=False)
+
+
 def prompt_key(prompt_ids: np.ndarray, *, seed: int = 0) -> int:
     """64-bit keyed hash of prompt ids; the seed selects a different uniform sample."""
-    h = hashlib.blake2b(
-        np.ascontiguousarray(prompt_ids, dtype="<i8").tobytes(),
-        digest_size=8,
-        key=seed.to_bytes(8, "little", signed=False),
-    )
+    if prompt_ids.dtype == _LE_I8 and prompt_ids.flags.c_contiguous:
+        data: Any = prompt_ids  # hashed in place: the same bytes as a little-endian copy
+    else:
+        data = np.ascontiguousarray(prompt_ids, dtype=_LE_I8).tobytes()
+    h = hashlib.blake2b(data, digest_size=8, key=_hash_key(seed))
     return int.from_bytes(h.digest(), "little")
 
 
