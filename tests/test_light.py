@@ -34,6 +34,10 @@ def _spec(
     if name == "qwen3 tokenizer.json alone":
         shutil.copy(qwen_dir / "tokenizer.json", tmp_path / "tokenizer.json")
         return tmp_path / "tokenizer.json"
+    if name == "qwen3 folder without config":
+        (tmp_path / "only").mkdir()
+        shutil.copy(qwen_dir / "tokenizer.json", tmp_path / "only" / "tokenizer.json")
+        return tmp_path / "only"
     # A template style saved as transformers saves it (chat_template.jinja beside the config).
     style_tokenizer(qwen_tokenizer, name).save_pretrained(tmp_path / name)
     return tmp_path / name
@@ -41,7 +45,14 @@ def _spec(
 
 @pytest.mark.parametrize(
     "name",
-    ["qwen3", "deepseek-v3", "deepseek-v3 tokenizer.json", "qwen3 tokenizer.json alone", *STYLES],
+    [
+        "qwen3",
+        "deepseek-v3",
+        "deepseek-v3 tokenizer.json",
+        "qwen3 tokenizer.json alone",
+        "qwen3 folder without config",
+        *STYLES,
+    ],
 )
 def test_light_checks_equal_the_loaded_tokenizers(
     name: str, tmp_path: Path, qwen_dir: Path, deepseek_dir: Path, qwen_tokenizer: Any
