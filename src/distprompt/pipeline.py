@@ -385,22 +385,23 @@ def _run_pass(
     warning. Otherwise the tokenizer is loaded first. With ``overlap``, on a large corpus the
     pass runs in a worker process while this one imports what selection and the report need.
     """
-    tok = tinfo = checks = None
-    light = loading = None
+    tok = tinfo = checks = loading = None
+    name = ""
     if tokenizer is not None or need_tokenizer:
         light = light_checks(tokenizer)
         if light is None:
             logger.debug("tokenizer %r loaded before the pass", tokenizer)
             tok, tinfo = load_tokenizer(tokenizer)
+            name = tinfo.name
         else:
+            # Only the checks are kept: the light tokenizer's memory is free for the real one.
+            name, checks = light[0].name, light[1]
             loading = BackgroundLoad(tokenizer)
+        del light
     found = find_shards(data, warn=warn, glob=config.glob)
     shards = found.shards
     if tok is not None and tinfo is not None:
         checks = prepare_checks(tok, tinfo.vocab_size)
-    elif light is not None:
-        checks = light[1]
-    name = tinfo.name if tinfo is not None else light[0].name if light is not None else ""
     big = overlap and sum(s.size for s in shards) >= _OVERLAP_BYTES
     threads: list[threading.Thread] = []
 

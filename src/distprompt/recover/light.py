@@ -16,6 +16,7 @@ loads the real tokenizer first, as it always did.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -222,9 +223,7 @@ def _transformers_major() -> int:
         return 5
 
 
-_COMPILED: dict[str, Any] = {}
-
-
+@functools.lru_cache(maxsize=16)
 def _compile(template: str) -> Any:
     """Compile a chat template in the environment ``transformers`` renders templates in.
 
@@ -233,8 +232,6 @@ def _compile(template: str) -> Any:
     ``strftime_now``, a ``dict`` and a ``namespace`` that refuse private names, and a
     ``{% generation %}`` block that renders its body.
     """
-    if template in _COMPILED:
-        return _COMPILED[template]
     from datetime import datetime
 
     import jinja2
@@ -306,9 +303,7 @@ def _compile(template: str) -> Any:
     env.globals["strftime_now"] = strftime_now
     env.globals["dict"] = TemplateDict()
     env.globals["namespace"] = TemplateNamespace
-    compiled = env.from_string(template)
-    _COMPILED[template] = compiled
-    return compiled
+    return env.from_string(template)
 
 
 class BackgroundLoad:
