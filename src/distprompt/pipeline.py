@@ -34,11 +34,14 @@ from distprompt.read.shards import ShardSet, find_shards
 from distprompt.records import Candidate, Shard, SourceStats, SuiteItem, histogram_quantiles
 from distprompt.recover.checks import (
     ROUND_TRIP_SAMPLE,
+    Checks,
     TokenizerFigures,
     prepare_checks,
     run_checks,
+    show_ids,
 )
 from distprompt.recover.decode import TokenizerInfo, decode, load_tokenizer
+from distprompt.recover.light import BackgroundLoad, light_checks
 from distprompt.write.formats import FORMATS, checked_formats
 from distprompt.write.metrics import SourceEvidence, measure_source
 from distprompt.write.out_dir import check_out_dir
@@ -386,36 +389,81 @@ def _run_pass(
 ) -> _Pass:
     """Find the shards, run the one pass with the row checks, then the tokenizer checks.
 
-    The row checks need the template's markers, so the tokenizer is loaded before the pass.
-    With ``overlap``, on a large corpus the pass runs in a worker process while this one
-    imports what selection and the report need.
+    The row checks need the vocabulary size and the template's markers. When they can be read
+    without ``transformers`` (:func:`~distprompt.recover.light.light_checks`: a local
+    ``tokenizer.json``), the pass starts with those and the real tokenizer loads in a thread
+    meanwhile (started once the pass's worker processes exist); after the pass the markers are
+    learned again from it, and if anything differs the pass runs again with those, with a
+    warning. Otherwise the tokenizer is loaded first. With ``overlap``, on a large corpus the
+    pass runs in a worker process while this one imports what selection and the report need.
     """
-    tok = tinfo = checks = None
+    tok = tinfo = checks = loading = None
+    name = ""
     if tokenizer is not None or need_tokenizer:
-        tok, tinfo = load_tokenizer(tokenizer)
+        light = light_checks(tokenizer)
+        if light is None:
+            logger.debug("tokenizer %r loaded before the pass", tokenizer)
+            tok, tinfo = load_tokenizer(tokenizer)
+            name = tinfo.name
+        else:
+            # Only the checks are kept: the light tokenizer's memory is free for the real one.
+            name, checks = light[0].name, light[1]
+            loading = BackgroundLoad(tokenizer)
+        del light
     found = find_shards(data, warn=warn, glob=config.glob)
     shards = found.shards
     if tok is not None and tinfo is not None:
         checks = prepare_checks(tok, tinfo.vocab_size)
     big = overlap and sum(s.size for s in shards) >= _OVERLAP_BYTES
-    part = scan(
-        shards,
-        max_candidates=config.max_candidates,
-        seed=config.seed,
-        on_error=on_error,
-        vocab_size=checks.vocab_size if checks else None,
-        tokenizer_name=tinfo.name if tinfo else "",
-        workers=config.workers,
-        progress=progress,
-        check=checks.row_check if checks else None,
-        processes=big or None,
-        on_started=_start_warm_imports if big else None,
-        engine=config.engine,
-        ray_address=config.ray_address,
-    )
+
+    def started() -> None:
+        if big:
+            _start_warm_imports()
+        if loading is not None:
+            loading.start()
+
+    def one_pass(checks: Checks | None, on_started: Callable[[], None] | None) -> Partial:
+        return scan(
+            shards,
+            max_candidates=config.max_candidates,
+            seed=config.seed,
+            on_error=on_error,
+            vocab_size=checks.vocab_size if checks else None,
+            tokenizer_name=name,
+            workers=config.workers,
+            progress=progress,
+            check=checks.row_check if checks else None,
+            processes=big or None,
+            on_started=on_started,
+            engine=config.engine,
+            ray_address=config.ray_address,
+        )
+
     say = warn if warn is not None else (lambda msg: logger.warning("%s", msg))
-    for name, why in sorted(part.failed.items()):
-        say(f"{name}: {left_out}: {why}")
+    failure: Exception | None = None
+    try:
+        part = one_pass(checks, started if big or loading is not None else None)
+    except Exception as exc:  # e.g. an id out of a vocabulary size that was not the real one
+        if loading is None:
+            raise
+        failure = exc
+    if loading is not None:
+        tok, tinfo = loading.result()
+        real = prepare_checks(tok, tinfo.vocab_size)
+        assert checks is not None
+        differ = _checks_differ(checks, real, tok)
+        if failure is not None and not differ:
+            raise failure
+        if differ:
+            say(
+                f"tokenizer {tinfo.name!r}: what was read without transformers differs from "
+                f"the loaded tokenizer ({differ}); DATA is read again with the loaded one's"
+            )
+            _join_warm_imports()  # no import in flight while worker processes fork
+            checks = real
+            part = one_pass(checks, None)
+    for shard_name, why in sorted(part.failed.items()):
+        say(f"{shard_name}: {left_out}: {why}")
     verdict = None
     round_trips: dict[str, tuple[int, int, str | None]] = {}
     if checks is not None and tinfo is not None:
@@ -479,14 +527,30 @@ _WARMING: list[threading.Thread] = []
 
 
 def _start_warm_imports() -> None:
-    t = threading.Thread(target=_warm_imports, name="distprompt-imports", daemon=True)
-    t.start()
-    _WARMING.append(t)
+    thread = threading.Thread(target=_warm_imports, name="distprompt-imports", daemon=True)
+    thread.start()
+    _WARMING.append(thread)
 
 
 def _join_warm_imports() -> None:
     while _WARMING:
         _WARMING.pop().join()
+
+
+def _checks_differ(used: Checks, real: Checks, tok: Any) -> str:
+    """What differs between the checks a pass used and the loaded tokenizer's ("" if none)."""
+    out = []
+    if used.vocab_size != real.vocab_size:
+        out.append(f"vocabulary size {used.vocab_size} vs {real.vocab_size}")
+    for what, a, b in (
+        ("start markers", used.start, real.start),
+        ("generation prompt", used.gen, real.gen),
+    ):
+        if a != b:
+            out.append(f"{what} {list(a)} {show_ids(tok, a)!r} vs {list(b)} {show_ids(tok, b)!r}")
+    if used.template_note != real.template_note:
+        out.append(f"template note {used.template_note!r} vs {real.template_note!r}")
+    return "; ".join(out)
 
 
 def _template_summary(profile: Any) -> dict[str, Any] | None:

@@ -165,7 +165,9 @@ def _common_prefix(seqs: Sequence[Sequence[int]]) -> list[int]:
     return out
 
 
-def learn_markers(tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def learn_markers(
+    tokenizer: Any, *, strict: bool = False
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Learn, from the chat template, the ids every prompt starts with and the generation prompt.
 
     Probe conversations (user only, system + user, a multi-turn chat) are rendered with and
@@ -173,8 +175,16 @@ def learn_markers(tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
     render; the generation prompt is what ``add_generation_prompt`` appends, when it is the same
     for every probe.
 
+    Args:
+        tokenizer: Anything with a ``chat_template`` and ``apply_chat_template(messages,
+            tokenize=True, add_generation_prompt=...)``: a ``transformers`` tokenizer or a
+            :class:`~distprompt.recover.light.LightTokenizer`.
+        strict: Raise on the first probe the template fails to render (else such a probe is
+            left out, and only none rendering raises).
+
     Raises:
-        TemplateError: No chat template, or it renders none of the probes.
+        TemplateError: No chat template, or it renders none of the probes (with ``strict``:
+            fails on one).
 
     Example:
         >>> start, gen = learn_markers(tok)  # doctest: +SKIP
@@ -191,6 +201,11 @@ def learn_markers(tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
             a = _render(tokenizer, probe, gen=True)
             b = _render(tokenizer, probe, gen=False)
         except Exception as exc:  # templates raise anything (jinja, ValueError, ...)
+            if strict:
+                raise TemplateError(
+                    f"expected a chat template that renders simple conversations, found "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
             errors.append(f"{type(exc).__name__}: {exc}")
             continue
         with_gen.append(a)
