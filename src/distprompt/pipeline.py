@@ -28,7 +28,7 @@ from distprompt.choose.stratify import Quota, allocate
 from distprompt.choose.vectorize import vectorize
 from distprompt.config import Config, OnError, resolve
 from distprompt.corpus import CorpusInfo, corpus_info
-from distprompt.errors import InputError, TokenizerError
+from distprompt.errors import ConfigError, InputError, TokenizerError
 from distprompt.read.scan import Partial, load_candidates, scan
 from distprompt.read.shards import ShardSet, find_shards
 from distprompt.records import Candidate, Shard, SourceStats, SuiteItem, histogram_quantiles
@@ -49,7 +49,7 @@ from distprompt.write.report import build_report
 from distprompt.write.suite import Suite
 
 if TYPE_CHECKING:
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import Future, ProcessPoolExecutor
 
 __all__ = ["build_suite", "export_suite", "inspect_corpus", "item_id"]
 
@@ -130,69 +130,73 @@ def build_suite(
         left_out="left out (--on-error skip)",
         overlap=True,
         need_tokenizer=True,
+        judge=False,
     )
     tok, tinfo, found, part = run.tok, run.tinfo, run.found, run.part
-    verdict = run.verdict
-    assert tinfo is not None and verdict is not None  # need_tokenizer
+    assert tinfo is not None  # need_tokenizer
     shards = found.shards
-    if verdict.mismatch is not None:
-        if config.check_tokenizer:
-            raise TokenizerError(
-                f"{verdict.mismatch} (or --no-tokenizer-check to write the suite anyway, with "
-                "this verdict recorded)"
-            )
-        _warn(
-            "tokenizer check failed, the suite is written anyway (--no-tokenizer-check): "
-            + "; ".join(verdict.mismatch.splitlines())
-        )
-    if part.tally.skipped:
-        total_skipped = sum(part.tally.skipped.values())
-        detail = ", ".join(
-            f"{r}: {n} (first at {part.tally.first_skip.get(r, '?')})"
-            for r, n in sorted(part.tally.skipped.items())
-        )
-        _warn(f"skipped {total_skipped} bad rows — {detail}")
-    if not part.stats:
-        # An empty suite would look like a finished export; refuse before anything is written.
-        skipped = part.tally.skipped
-        why = f"{sum(skipped.values())} bad rows skipped" if skipped else "no rows"
-        raise InputError(
-            f"{data}: expected at least one valid row in {len(shards)} shard(s), found none "
-            f"({why}); check DATA and the bad-row counts"
-        )
-
-    passed = time.perf_counter()
-    logger.info("tokenizer, pass and tokenizer checks: %.1f s", passed - started)
-    rows = {s: st.rows for s, st in part.stats.items()}
-    available = {s: len(part.pools[s]) for s in part.stats}
-    quotas = allocate(
-        rows,
-        available,
-        per_source=config.per_source,
-        total=config.total,
-        allocation=config.allocation,
-        min_per_source=config.min_per_source,
-    )
-    for q in quotas.values():
-        if q.shortfall > 0:
-            _warn(
-                f"source {q.source!r}: quota {q.target} but only {q.granted} unique prompts; "
-                f"it gives all it has ({q.shortfall} short)"
-            )
-
-    profile = None
-    if config.recover_turns:
-        profile = _learn_profile(tok, tinfo, _warn)
-
-    # On a large corpus with several workers, the sources are selected in worker processes,
-    # and the plots are drawn in others while the manifest and the other files are written.
-    # With one worker, all of it runs here: a forked worker would copy ~100 MB of the pages it
-    # shares with this process (measured on the benchmark corpus), for a second or two.
+    # On a large corpus with several workers, the sources are selected in worker processes
+    # (started before the tokenizer checks, which run here meanwhile), and the plots are drawn
+    # in others while the manifest and the other files are written. With one worker, all of it
+    # runs here: a forked worker would copy ~100 MB of the pages it shares with this process
+    # (measured on the benchmark corpus), for a second or two.
     big = sum(s.size for s in shards) >= _OVERLAP_BYTES
-    parallel = big and config.workers > 1
+    early = _early_quotas(part, config) if big and config.workers > 1 else None
+    parallel = early is not None
     with _forked_pool(config.workers if parallel else 0) as pool:
+        submitted = _submit_selection(part, early, config, pool) if early and pool else None
+        run = _judged(run, config)
+        verdict = run.verdict
+        assert verdict is not None  # need_tokenizer
+        if verdict.mismatch is not None:
+            if config.check_tokenizer:
+                raise TokenizerError(
+                    f"{verdict.mismatch} (or --no-tokenizer-check to write the suite anyway, "
+                    "with this verdict recorded)"
+                )
+            _warn(
+                "tokenizer check failed, the suite is written anyway (--no-tokenizer-check): "
+                + "; ".join(verdict.mismatch.splitlines())
+            )
+        if part.tally.skipped:
+            total_skipped = sum(part.tally.skipped.values())
+            detail = ", ".join(
+                f"{r}: {n} (first at {part.tally.first_skip.get(r, '?')})"
+                for r, n in sorted(part.tally.skipped.items())
+            )
+            _warn(f"skipped {total_skipped} bad rows — {detail}")
+        if not part.stats:
+            # An empty suite would look like a finished export; refuse before anything is
+            # written.
+            skipped = part.tally.skipped
+            why = f"{sum(skipped.values())} bad rows skipped" if skipped else "no rows"
+            raise InputError(
+                f"{data}: expected at least one valid row in {len(shards)} shard(s), found none "
+                f"({why}); check DATA and the bad-row counts"
+            )
+
+        passed = time.perf_counter()
+        logger.info("tokenizer, pass and tokenizer checks: %.1f s", passed - started)
+        quotas = early if early is not None else _quotas(part, config)
+        for q in quotas.values():
+            if q.shortfall > 0:
+                _warn(
+                    f"source {q.source!r}: quota {q.target} but only {q.granted} unique "
+                    f"prompts; it gives all it has ({q.shortfall} short)"
+                )
+
+        profile = None
+        if config.recover_turns:
+            profile = _learn_profile(tok, tinfo, _warn)
         selected_counts, items, evidence = _select_and_decode(
-            part, quotas, config, shards, tok=tok, profile=profile, warn=_warn, pool=pool
+            part,
+            quotas,
+            config,
+            shards,
+            tok=tok,
+            profile=profile,
+            warn=_warn,
+            submitted=submitted,
         )
     report = build_report(
         evidence,
@@ -370,8 +374,9 @@ class _Pass:
     tinfo: TokenizerInfo | None
     found: ShardSet
     part: Partial
-    verdict: TokenizerFigures | None
+    verdict: TokenizerFigures | None  # None until judged (_judged)
     round_trips: dict[str, tuple[int, int, str | None]]
+    checks: Checks | None
 
 
 def _run_pass(
@@ -386,6 +391,7 @@ def _run_pass(
     overlap: bool,
     need_tokenizer: bool = False,
     round_trip_sample: int = ROUND_TRIP_SAMPLE,
+    judge: bool = True,
 ) -> _Pass:
     """Find the shards, run the one pass with the row checks, then the tokenizer checks.
 
@@ -464,21 +470,47 @@ def _run_pass(
             part = one_pass(checks, None)
     for shard_name, why in sorted(part.failed.items()):
         say(f"{shard_name}: {left_out}: {why}")
-    verdict = None
-    round_trips: dict[str, tuple[int, int, str | None]] = {}
-    if checks is not None and tinfo is not None:
-        # The round trip samples the candidate pools.
-        verdict, round_trips = run_checks(
-            checks,
-            part,
-            tok,
-            tinfo.name,
-            has_chat_template=tinfo.has_chat_template,
-            shards=shards,
-            seed=config.seed,
-            round_trip_sample=round_trip_sample,
-        )
-    return _Pass(tok, tinfo, found, part, verdict, round_trips)
+    run = _Pass(tok, tinfo, found, part, None, {}, checks)
+    return _judged(run, config, round_trip_sample) if judge else run
+
+
+def _judged(run: _Pass, config: Config, round_trip_sample: int = ROUND_TRIP_SAMPLE) -> _Pass:
+    """``run`` with the tokenizer checks' verdict (the round trip samples the pools)."""
+    if run.checks is None or run.tinfo is None:
+        return run
+    verdict, round_trips = run_checks(
+        run.checks,
+        run.part,
+        run.tok,
+        run.tinfo.name,
+        has_chat_template=run.tinfo.has_chat_template,
+        shards=run.found.shards,
+        seed=config.seed,
+        round_trip_sample=round_trip_sample,
+    )
+    return dataclasses.replace(run, verdict=verdict, round_trips=round_trips)
+
+
+def _quotas(part: Partial, config: Config) -> dict[str, Quota]:
+    return allocate(
+        {s: st.rows for s, st in part.stats.items()},
+        {s: len(part.pools[s]) for s in part.stats},
+        per_source=config.per_source,
+        total=config.total,
+        allocation=config.allocation,
+        min_per_source=config.min_per_source,
+    )
+
+
+def _early_quotas(part: Partial, config: Config) -> dict[str, Quota] | None:
+    """The quotas, to start selection before the tokenizer checks; None when there are none
+    to start or they cannot be made (the error is raised after the checks, as without)."""
+    if not part.stats:
+        return None
+    try:
+        return _quotas(part, config)
+    except ConfigError:
+        return None
 
 
 def _one_thread() -> Any:
@@ -684,6 +716,33 @@ def _forked_pool(workers: int, *, wait: bool = True) -> Iterator[ProcessPoolExec
         gc.unfreeze()
 
 
+def _submit_selection(
+    part: Partial, quotas: dict[str, Quota], config: Config, pool: ProcessPoolExecutor
+) -> dict[Future[Any], str]:
+    """Every source's selection, submitted to ``pool``, the largest pools first.
+
+    Forked workers find the pools in :data:`_SELECTING` (the workers of a fork pool are all
+    forked at the first submit); :func:`_select_and_decode` empties it once they are done.
+    """
+    import multiprocessing
+
+    largest_first = sorted(part.stats, key=lambda s: (-len(part.pools[s]), s))
+    forked = multiprocessing.get_start_method() == "fork"
+    if forked:
+        _SELECTING.update({s: part.pools[s].candidates() for s in largest_first})
+    return {
+        pool.submit(
+            _select_job,
+            s,
+            quotas[s],
+            config,
+            part.stats[s],
+            None if forked else part.pools[s].candidates(),
+        ): s
+        for s in largest_first
+    }
+
+
 def _select_and_decode(
     part: Partial,
     quotas: dict[str, Quota],
@@ -693,14 +752,14 @@ def _select_and_decode(
     tok: Any,
     profile: Any,
     warn: Callable[[str], None],
-    pool: ProcessPoolExecutor | None,
+    submitted: dict[Future[Any], str] | None,
 ) -> tuple[dict[str, int], list[SuiteItem], dict[str, SourceEvidence | None]]:
     """Select each source's representatives, read them back and decode them.
 
-    With ``pool``, the sources are selected in its processes, the largest pools first, and each
-    is read back and decoded here as soon as it is done; without, one after another here. The
-    selection of a source does not depend on where it runs, and the results are put in source
-    order: the same items, counts and evidence either way.
+    With ``submitted`` (:func:`_submit_selection`), the sources are selected in worker
+    processes and each is read back and decoded here as soon as it is done; without, one after
+    another here. The selection of a source does not depend on where it runs, and the results
+    are put in source order: the same items, counts and evidence either way.
 
     Returns:
         Items selected per source, the items (by source, then cluster), the report's evidence.
@@ -723,32 +782,17 @@ def _select_and_decode(
             items[source] = _make_batch(picks[source], (tok, profile, config))
 
     with _one_thread():
-        if pool is None:
+        if submitted is None:
             for s in sources:
                 take(
                     s, _select_source(part.pools[s].candidates(), quotas[s], config, part.stats[s])
                 )
         else:
-            import multiprocessing
             from concurrent.futures import as_completed
 
-            largest_first = sorted(sources, key=lambda s: (-len(part.pools[s]), s))
-            forked = multiprocessing.get_start_method() == "fork"
-            _SELECTING.update({s: part.pools[s].candidates() for s in sources} if forked else {})
             try:
-                futures = {
-                    pool.submit(
-                        _select_job,
-                        s,
-                        quotas[s],
-                        config,
-                        part.stats[s],
-                        None if forked else part.pools[s].candidates(),
-                    ): s
-                    for s in largest_first
-                }
-                for fut in as_completed(futures):
-                    take(futures[fut], fut.result())
+                for fut in as_completed(submitted):
+                    take(submitted[fut], fut.result())
             finally:
                 _SELECTING.clear()
         if decode_here:
