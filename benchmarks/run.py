@@ -411,10 +411,11 @@ process (`ru_maxrss`).
 
 ## Profiles (pyinstrument)
 
-`export --per-source 50` with one worker (the tokenizer is loaded first: the row checks need
-its template markers; the pass then runs in a worker process while the main one imports what
-selection and the report use, so it shows as waiting in `scan`), then `inspect` (the pass
-in-process).
+`export --per-source 50` with one worker: the row checks' markers are read from
+`tokenizer.json` without `transformers`, the pass runs in a worker process while the main one
+loads the tokenizer and imports what selection and the report use (so the pass shows as waiting
+in `scan`); selection, decoding and the report then run in the main process. The stage times
+logged by `-v` come first. Then `inspect` (the pass in-process).
 
 ```
 {profile}
