@@ -180,15 +180,16 @@ def test_byte_identical_outputs(corpus: Path, qwen_dir: Path, tmp_path: Path) ->
 def test_selection_and_plots_in_worker_processes_write_the_same_files(
     corpus: Path, qwen_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
 ) -> None:
-    # A large corpus with several workers selects its sources and draws its plots in worker
-    # processes; every file (suite, exports, report, PNGs, manifest) must be the bytes of the
-    # run in this process.
+    # A large corpus with several workers selects its sources in worker processes, and any
+    # large corpus draws its plots in a fresh process; every file (suite, exports, report,
+    # PNGs, manifest) must be the bytes of the run in this process.
     from distprompt import pipeline
 
     here = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3).save(tmp_path / "a")
     monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
     one = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3, workers=1)
-    assert one._plots is None  # one worker: selection and plots here
+    assert one._plots is not None  # one worker: selection here, the plots in a fresh process
+    assert one.save(tmp_path / "c").is_dir()
     suite = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3, workers=workers)
     assert suite._plots is not None  # the pool path was taken
     there = suite.save(tmp_path / "b")
@@ -197,6 +198,32 @@ def test_selection_and_plots_in_worker_processes_write_the_same_files(
     assert any(n.endswith(".png") for n in names)
     for name in names:
         assert (here / name).read_bytes() == (there / name).read_bytes(), name
+
+
+def test_plots_are_drawn_from_a_report_made_before_the_items(
+    corpus: Path, qwen_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On a large corpus the plots are drawn (elsewhere) from a report made as soon as every
+    # source is selected, with the counts instead of the items: they are the final report's.
+    from distprompt import pipeline
+    from distprompt.write.render import plots
+
+    seen: list = []
+
+    class Recording(pipeline._PendingPlots):
+        def __init__(self, report, pool) -> None:  # type: ignore[no-untyped-def]
+            seen.append(report)
+            super().__init__(report, pool)
+
+    monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
+    monkeypatch.setattr(pipeline, "_PendingPlots", Recording)
+    suite = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3)
+    (early,) = seen
+    final = suite.report
+    assert final is not None and early.examples != final.examples  # made without the items
+    assert early.sources["chat"]["selected"] == final.sources["chat"]["selected"] == 5
+    assert plots(early) == plots(final)
+    assert suite._plots is not None and suite._plots() == plots(final)
 
 
 def test_manifest_reports_template_and_fidelity(corpus: Path, qwen_dir: Path) -> None:

@@ -55,7 +55,7 @@ Workers = Annotated[
     int,
     typer.Option(
         help="Processes reading shards in parallel (large shards in byte ranges); on a large "
-        "corpus, 2 or more also select sources and draw plots in parallel (more memory).",
+        "corpus, 2 or more also select sources in parallel (more memory).",
         min=1,
     ),
 ]

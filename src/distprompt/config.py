@@ -57,8 +57,7 @@ class Config:
         lsa_dims: Dimensions of the LSA content vectors selection works in.
         length_weight: Weight of the log prompt length beside the content vectors.
         workers: Processes reading shards in parallel; on a corpus of 64 MiB or more, 2 or
-            more also select sources and draw the report's plots in parallel (more memory).
-            Does not change the result.
+            more also select sources in parallel (more memory). Does not change the result.
         recover_turns: Recover chat ``messages`` and check fidelity (needs a chat template).
         check_tokenizer: Refuse a tokenizer that fails the checks ``inspect`` runs; False builds
             the suite anyway and records the failed verdict in the manifest.

@@ -135,11 +135,11 @@ def build_suite(
     tok, tinfo, found, part = run.tok, run.tinfo, run.found, run.part
     assert tinfo is not None  # need_tokenizer
     shards = found.shards
-    # On a large corpus with several workers, the sources are selected in worker processes
-    # (started before the tokenizer checks, which run here meanwhile), and the plots are drawn
-    # in others while the manifest and the other files are written. With one worker, all of it
-    # runs here: a forked worker would copy ~100 MB of the pages it shares with this process
-    # (measured on the benchmark corpus), for a second or two.
+    # On a large corpus with several workers, the sources are selected in forked worker
+    # processes (started before the tokenizer checks, which run here meanwhile). With one
+    # worker, selection runs here: a forked worker would copy ~100 MB of the pages it shares
+    # with this process (measured on the benchmark corpus). Either way the plots are drawn in a
+    # fresh process while the items are decoded and the other files written.
     big = sum(s.size for s in shards) >= _OVERLAP_BYTES
     early = _early_quotas(part, config) if big and config.workers > 1 else None
     parallel = early is not None
@@ -188,31 +188,38 @@ def build_suite(
         profile = None
         if config.recover_turns:
             profile = _learn_profile(tok, tinfo, _warn)
-        selected_counts, items, evidence = _select_and_decode(
-            part,
-            quotas,
-            config,
-            shards,
-            tok=tok,
-            profile=profile,
-            warn=_warn,
-            submitted=submitted,
-        )
+        meta = {"method": config.method, "seed": config.seed}
+        plots: _PendingPlots | None = None
+        with _plot_pool(big) as plot_pool:
+
+            def draw(counts: dict[str, int], evidence: dict[str, SourceEvidence | None]) -> None:
+                # Every source is selected: the plots are drawn from a report without the
+                # items (they are those of the final report) while the items are decoded.
+                nonlocal plots
+                if plot_pool is not None:
+                    early = build_report(
+                        evidence, stats=part.stats, quotas=quotas, items=(), selected=counts,
+                        meta=meta,
+                    )  # fmt: skip
+                    plots = _PendingPlots(early, plot_pool)
+
+            selected_counts, items, evidence = _select_and_decode(
+                part,
+                quotas,
+                config,
+                shards,
+                tok=tok,
+                profile=profile,
+                warn=_warn,
+                submitted=submitted,
+                on_selected=draw,
+            )
     report = build_report(
-        evidence,
-        stats=part.stats,
-        quotas=quotas,
-        items=items,
-        meta={"method": config.method, "seed": config.seed},
-    )
+        evidence, stats=part.stats, quotas=quotas, items=items, meta=meta
+    )  # fmt: skip
     if verdict.mismatch is not None:
         # On top of every rendering of the report (report.md, report.html, the CLI line).
         report = dataclasses.replace(report, summary=f"{_failed_banner(verdict)} {report.summary}")
-    plots = None
-    if parallel:
-        with _forked_pool(config.workers, wait=False) as pool:
-            assert pool is not None
-            plots = _PendingPlots(report, pool)
     logger.info(
         "selection, decoding and report (%s): %.1f s",
         f"selection in {config.workers} worker processes" if parallel else "in this process",
@@ -692,7 +699,7 @@ def _select_job(
 
 
 @contextlib.contextmanager
-def _forked_pool(workers: int, *, wait: bool = True) -> Iterator[ProcessPoolExecutor | None]:
+def _forked_pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
     """``workers`` processes forked from this one (None for 0), for the work after the pass.
 
     Objects that exist when the pool starts are left out of the garbage collector's walks
@@ -710,7 +717,7 @@ def _forked_pool(workers: int, *, wait: bool = True) -> Iterator[ProcessPoolExec
     _trim_heap()
     gc.freeze()  # the workers are forked as the first tasks are submitted, in the body
     try:
-        with process_pool(workers, wait=wait) as pool:
+        with process_pool(workers) as pool:
             yield pool
     finally:
         gc.unfreeze()
@@ -753,13 +760,16 @@ def _select_and_decode(
     profile: Any,
     warn: Callable[[str], None],
     submitted: dict[Future[Any], str] | None,
+    on_selected: Callable[[dict[str, int], dict[str, SourceEvidence | None]], None],
 ) -> tuple[dict[str, int], list[SuiteItem], dict[str, SourceEvidence | None]]:
     """Select each source's representatives, read them back and decode them.
 
     With ``submitted`` (:func:`_submit_selection`), the sources are selected in worker
     processes and each is read back and decoded here as soon as it is done; without, one after
     another here. The selection of a source does not depend on where it runs, and the results
-    are put in source order: the same items, counts and evidence either way.
+    are put in source order: the same items, counts and evidence either way. ``on_selected``
+    is called with the counts and the evidence once every source is selected, before the last
+    items are decoded (all of them, in this process).
 
     Returns:
         Items selected per source, the items (by source, then cluster), the report's evidence.
@@ -772,7 +782,7 @@ def _select_and_decode(
     decode_here = config.engine != "ray"
 
     def take(source: str, result: tuple[list[tuple[Candidate, int, float]], Any]) -> None:
-        chosen, evidence[source] = result
+        chosen, _ = result
         loaded = load_candidates([c for c, _, _ in chosen], shards, seed=config.seed)
         picks[source] = [
             (cand, cluster, size, weight)
@@ -781,18 +791,29 @@ def _select_and_decode(
         if decode_here:
             items[source] = _make_batch(picks[source], (tok, profile, config))
 
+    def all_selected(results: dict[str, Any]) -> None:
+        evidence.update({s: results[s][1] for s in sources})
+        on_selected({s: len(results[s][0]) for s in sources}, evidence)
+
+    results: dict[str, tuple[list[tuple[Candidate, int, float]], Any]] = {}
     with _one_thread():
         if submitted is None:
             for s in sources:
-                take(
-                    s, _select_source(part.pools[s].candidates(), quotas[s], config, part.stats[s])
+                results[s] = _select_source(
+                    part.pools[s].candidates(), quotas[s], config, part.stats[s]
                 )
+            all_selected(results)
+            for s in sources:
+                take(s, results[s])
         else:
             from concurrent.futures import as_completed
 
             try:
                 for fut in as_completed(submitted):
-                    take(submitted[fut], fut.result())
+                    results[submitted[fut]] = fut.result()
+                    if len(results) == len(sources):
+                        all_selected(results)
+                    take(submitted[fut], results[submitted[fut]])
             finally:
                 _SELECTING.clear()
         if decode_here:
@@ -807,6 +828,20 @@ def _select_and_decode(
             )
     counts = {s: len(picks[s]) for s in sources}
     return counts, every, {s: evidence[s] for s in sources}
+
+
+@contextlib.contextmanager
+def _plot_pool(big: bool) -> Iterator[ProcessPoolExecutor | None]:
+    """On a large corpus, one fresh process (spawned at the first plot: it shares no pages
+    with this one, so it costs its own ~90 MB and no copy of this one's) that draws the
+    report's plots while this one decodes the items and writes the other files; else None."""
+    if not big:
+        yield None
+        return
+    from distprompt.read.engine import process_pool
+
+    with process_pool(1, wait=False, spawn=True) as pool:
+        yield pool
 
 
 class _PendingPlots:

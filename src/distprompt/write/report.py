@@ -279,6 +279,7 @@ def build_report(
     quotas: Mapping[str, Quota],
     items: Sequence[SuiteItem],
     meta: Mapping[str, Any] | None = None,
+    selected: Mapping[str, int] | None = None,
 ) -> Report:
     """Assemble the :class:`Report` from per-source evidence and the corpus statistics.
 
@@ -288,6 +289,9 @@ def build_report(
         quotas: Quota per source (its ``target`` is the source's target share of the suite).
         items: The suite's items (for achieved shares, curves and examples).
         meta: Extra facts recorded in ``meta`` (method, seed, ...).
+        selected: Items selected per source, for a report made before the items are decoded
+            (``items`` empty), to draw its plots early: they are those of the final report,
+            whose examples and recovery rates this one lacks.
 
     Example:
         >>> rep = build_report(ev, stats=part.stats, quotas=quotas, items=items)  # doctest: +SKIP
@@ -300,7 +304,10 @@ def build_report(
     by_source: dict[str, list[SuiteItem]] = {s: [] for s in names}
     for it in items:
         by_source.setdefault(it.source, []).append(it)
-    total_items = len(items) or 1
+    if selected is None:
+        selected = {s: len(v) for s, v in by_source.items()}
+    n_selected = sum(selected.values())
+    total_items = n_selected or 1
     corpus_prompt: Counter[int] = Counter()
     corpus_response: Counter[int] = Counter()
     for s in names:
@@ -316,11 +323,11 @@ def build_report(
         sources[s] = {
             "rows": rows[s],
             "candidates": ev.candidates if ev else 0,
-            "selected": len(by_source.get(s, [])),
+            "selected": selected.get(s, 0),
             "share": {
                 "corpus": rounded(row_share[s]),
                 "target": rounded(quotas[s].target / total_target if s in quotas else 0.0),
-                "achieved": rounded(len(by_source.get(s, [])) / total_items),
+                "achieved": rounded(selected.get(s, 0) / total_items),
             },
             "suite": suite_m.to_dict(),
             "random": rnd_m.to_dict(),
@@ -362,7 +369,7 @@ def build_report(
     overall = {
         "rows": sum(rows.values()),
         "candidates": sum(v["candidates"] for v in sources.values()),
-        "selected": len(items),
+        "selected": n_selected,
         "share_gap_max": rounded(
             max((abs(a - t) for a, t in zip(achieved, targets, strict=True)), default=0.0)
         ),
