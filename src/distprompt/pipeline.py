@@ -54,6 +54,8 @@ if TYPE_CHECKING:
 __all__ = ["build_suite", "export_suite", "inspect_corpus", "item_id"]
 
 logger = logging.getLogger("distprompt.pipeline")
+#: Not distprompt.pipeline: the CLI prints these (build_suite's warnings reach it by ``warn``).
+plot_logger = logging.getLogger("distprompt.pipeline.plots")
 
 #: Flags of the marker check: reported under ``tokenizer_check``, not as schema anomalies.
 _MARKER_FLAGS = frozenset({"template_start_missing", "generation_prompt_missing"})
@@ -189,19 +191,19 @@ def build_suite(
         if config.recover_turns:
             profile = _learn_profile(tok, tinfo, _warn)
         meta = {"method": config.method, "seed": config.seed}
-        plots: _PendingPlots | None = None
-        with _plot_pool(big) as plot_pool:
+        plots: _PlotProcess | None = None
+        try:
 
             def draw(counts: dict[str, int], evidence: dict[str, SourceEvidence | None]) -> None:
-                # Every source is selected: the plots are drawn from a report without the
-                # items (they are those of the final report) while the items are decoded.
+                # Every source is selected: the plots are drawn elsewhere from a report without
+                # the items (they are those of the final report) while the items are decoded.
                 nonlocal plots
-                if plot_pool is not None:
+                if big:
                     early = build_report(
                         evidence, stats=part.stats, quotas=quotas, items=(), selected=counts,
                         meta=meta,
                     )  # fmt: skip
-                    plots = _PendingPlots(early, plot_pool)
+                    plots = _PlotProcess(early)
 
             selected_counts, items, evidence = _select_and_decode(
                 part,
@@ -214,6 +216,10 @@ def build_suite(
                 submitted=submitted,
                 on_selected=draw,
             )
+        except BaseException:
+            if plots is not None:
+                plots.stop()
+            raise
     report = build_report(
         evidence, stats=part.stats, quotas=quotas, items=items, meta=meta
     )  # fmt: skip
@@ -830,30 +836,67 @@ def _select_and_decode(
     return counts, every, {s: evidence[s] for s in sources}
 
 
-@contextlib.contextmanager
-def _plot_pool(big: bool) -> Iterator[ProcessPoolExecutor | None]:
-    """On a large corpus, one fresh process (spawned at the first plot: it shares no pages
-    with this one, so it costs its own ~90 MB and no copy of this one's) that draws the
-    report's plots while this one decodes the items and writes the other files; else None."""
-    if not big:
-        yield None
-        return
-    from distprompt.read.engine import process_pool
+class _PlotProcess:
+    """The plots of ``report`` drawn in a fresh Python process while this one goes on.
 
-    with process_pool(1, wait=False, spawn=True) as pool:
-        yield pool
+    A subprocess rather than a forked worker, which would copy ~100 MB of the pages it shares
+    with this one (measured on the benchmark corpus), and rather than a multiprocessing spawn,
+    which imports the caller's main script again. Calling waits for the PNGs; if the process
+    failed they are drawn here, with a warning.
+    """
 
+    def __init__(self, report: Any) -> None:
+        import pickle
+        import subprocess
+        import tempfile
 
-class _PendingPlots:
-    """The report's plots, drawn in ``pool``'s processes (one task a plot); calling waits."""
-
-    def __init__(self, report: Any, pool: ProcessPoolExecutor) -> None:
-        from distprompt.write.render import plot, plot_names
-
-        self._futures = {name: pool.submit(plot, report, name) for name in plot_names(report)}
+        self._report = report
+        fd, self._path = tempfile.mkstemp(prefix="distprompt-report-", suffix=".pickle")
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(report, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        code = (
+            "import sys; from distprompt.write.render import serve_plots; serve_plots(sys.argv[1])"
+        )
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", code, self._path],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            # It imports distprompt from where this process did.
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+        )
+        self._out: list[bytes] = []
+        # Read as it comes, so that the process never blocks on a full pipe.
+        self._reader = threading.Thread(
+            target=lambda: self._out.extend(self._proc.communicate()), daemon=True
+        )
+        self._reader.start()
 
     def __call__(self) -> dict[str, bytes]:
-        return {name: f.result() for name, f in self._futures.items()}
+        import pickle
+
+        self._reader.join()
+        with contextlib.suppress(FileNotFoundError):  # removed by the process once read
+            os.unlink(self._path)
+        out, err = self._out if len(self._out) == 2 else (b"", b"")
+        if self._proc.returncode == 0:
+            with contextlib.suppress(Exception):
+                pngs = pickle.loads(out)
+                if isinstance(pngs, dict):
+                    return pngs
+        lines = err.decode("utf-8", "replace").strip().splitlines()
+        why = lines[-1] if lines else f"exit code {self._proc.returncode}"
+        plot_logger.warning("the plot process failed (%s); the plots are drawn here instead", why)
+        from distprompt.write.render import plots
+
+        return plots(self._report)
+
+    def stop(self) -> None:
+        """Stop the process (the plots are not wanted)."""
+        self._proc.kill()
+        self._reader.join()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._path)
 
 
 #: A selected candidate and its cluster index, cluster size and weight.

@@ -91,34 +91,26 @@ def process_map(fn: Callable[[T], R], args: Sequence[T], *, workers: int) -> Ite
 
 
 @contextlib.contextmanager
-def process_pool(
-    workers: int, *, wait: bool = True, spawn: bool = False
-) -> Iterator[ProcessPoolExecutor]:
+def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     """A pool of ``workers`` local processes, with :func:`process_map`'s handling of Ctrl-C and
     errors: on an error or an interruption in the ``with`` body the queued work is cancelled and
-    the workers are terminated. With ``wait=False`` the body's end does not wait for the work
-    submitted: the workers finish it (its futures still resolve) and exit. With ``spawn`` the
-    workers are fresh interpreters (started at the first submit) rather than the platform's
-    default (a fork on Linux): they share no memory with this process, so they cost their own
-    and no copy of its pages.
+    the workers are terminated.
 
     Example:
         >>> with process_pool(2) as ex:  # doctest: +SKIP
         ...     ex.submit(abs, -1).result()
         1
     """
-    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    ctx = multiprocessing.get_context("spawn") if spawn else None
-    ex = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint, mp_context=ctx)
+    ex = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint)
     try:
         yield ex
     except BaseException:
         # shutdown() would wait for every running unit to finish; the result is not wanted.
         terminate_pool(ex)
         raise
-    ex.shutdown(wait=wait)
+    ex.shutdown(wait=True)
 
 
 def terminate_pool(ex: ProcessPoolExecutor) -> None:

@@ -17,7 +17,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from distprompt.write.report import Report
 
-__all__ = ["PLOT_NAMES", "format_table", "html_page", "markdown", "plot", "plot_names", "plots"]
+__all__ = [
+    "PLOT_NAMES",
+    "format_table",
+    "html_page",
+    "markdown",
+    "plot",
+    "plot_names",
+    "plots",
+    "serve_plots",
+]
 
 #: The report's PNG files, in the order the Markdown and HTML show them.
 PLOT_NAMES = (
@@ -87,6 +96,20 @@ def plot(report: Report, name: str) -> bytes:
 def plots(report: Report) -> dict[str, bytes]:
     """PNG bytes by file name (see :data:`PLOT_NAMES`)."""
     return {name: plot(report, name) for name in plot_names(report)}
+
+
+def serve_plots(path: str) -> None:
+    """What a plot process runs: draw the plots of the pickled :class:`Report` at ``path``
+    (removed once read) and write ``{name: PNG bytes}``, pickled, to stdout."""
+    import os
+    import pickle
+    import sys
+
+    with open(path, "rb") as fh:
+        report = pickle.load(fh)
+    os.unlink(path)
+    sys.stdout.buffer.write(pickle.dumps(plots(report), protocol=pickle.HIGHEST_PROTOCOL))
+    sys.stdout.buffer.flush()
 
 
 def _shares_plot(report: Report) -> bytes:
