@@ -199,11 +199,11 @@ def build_suite(
                 # the items (they are those of the final report) while the items are decoded.
                 nonlocal plots
                 if big:
-                    early = build_report(
+                    without_items = build_report(
                         evidence, stats=part.stats, quotas=quotas, items=(), selected=counts,
                         meta=meta,
                     )  # fmt: skip
-                    plots = _PlotProcess(early)
+                    plots = _PlotProcess(without_items)
 
             selected_counts, items, evidence = _select_and_decode(
                 part,
