@@ -203,6 +203,7 @@ def build_suite(
                         evidence, stats=part.stats, quotas=quotas, items=(), selected=counts,
                         meta=meta,
                     )  # fmt: skip
+                    _trim_heap()  # what selection freed, before another process starts
                     plots = _PlotProcess(without_items)
 
             selected_counts, items, evidence = _select_and_decode(
