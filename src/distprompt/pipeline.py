@@ -430,6 +430,7 @@ def _run_pass(
             name, checks = light[0].name, light[1]
             loading = BackgroundLoad(tokenizer)
         del light
+        _trim_heap()  # the light tokenizer's memory, before the pass's workers fork
     found = find_shards(data, warn=warn, glob=config.glob)
     shards = found.shards
     if tok is not None and tinfo is not None:
