@@ -142,7 +142,7 @@ def build_suite(
     # worker, selection runs here: a forked worker would copy ~100 MB of the pages it shares
     # with this process (measured on the benchmark corpus). Either way the plots are drawn in a
     # fresh process while the items are decoded and the other files written.
-    big = sum(s.size for s in shards) >= _OVERLAP_BYTES
+    big = _is_large(shards)
     early = _early_quotas(part, config) if big and config.workers > 1 else None
     parallel = early is not None
     with _forked_pool(config.workers if parallel else 0) as pool:
@@ -435,7 +435,7 @@ def _run_pass(
     shards = found.shards
     if tok is not None and tinfo is not None:
         checks = prepare_checks(tok, tinfo.vocab_size)
-    big = overlap and sum(s.size for s in shards) >= _OVERLAP_BYTES
+    big = overlap and _is_large(shards)
 
     def started() -> None:
         if big:
@@ -552,6 +552,11 @@ def _failed_banner(verdict: TokenizerFigures) -> str:
 
 #: Corpora at least this large are read in a worker process while this one warms imports.
 _OVERLAP_BYTES = 64 << 20
+
+
+def _is_large(shards: Sequence[Shard]) -> bool:
+    """Whether the work is worth other processes (the pass's, selection's, the plots')."""
+    return sum(s.size for s in shards) >= _OVERLAP_BYTES
 
 
 def _warm_imports() -> None:

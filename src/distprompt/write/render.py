@@ -22,8 +22,6 @@ __all__ = [
     "format_table",
     "html_page",
     "markdown",
-    "plot",
-    "plot_names",
     "plots",
     "serve_plots",
 ]
@@ -72,30 +70,18 @@ def _grid(n: int, ncols: int = 4) -> tuple[int, int]:
     return math.ceil(n / ncols), ncols
 
 
-def plot_names(report: Report) -> tuple[str, ...]:
-    """The PNG files ``report`` has (the cluster plot only with a projection)."""
-    return PLOT_NAMES if report.projection else PLOT_NAMES[:4]
-
-
-def plot(report: Report, name: str) -> bytes:
-    """The PNG bytes of one plot of ``report`` (one of :func:`plot_names`); module level and
-    pure, so the plots can be drawn in other processes."""
-    if name == PLOT_NAMES[0]:
-        return _shares_plot(report)
-    if name == PLOT_NAMES[1]:
-        return _length_plot(report, "prompt")
-    if name == PLOT_NAMES[2]:
-        return _length_plot(report, "response")
-    if name == PLOT_NAMES[3]:
-        return _coverage_plot(report)
-    if name == PLOT_NAMES[4] and report.projection:
-        return _cluster_plot(report)
-    raise ValueError(f"expected one of {plot_names(report)}, found {name!r}")
-
-
 def plots(report: Report) -> dict[str, bytes]:
     """PNG bytes by file name (see :data:`PLOT_NAMES`)."""
-    return {name: plot(report, name) for name in plot_names(report)}
+
+    out = {
+        PLOT_NAMES[0]: _shares_plot(report),
+        PLOT_NAMES[1]: _length_plot(report, "prompt"),
+        PLOT_NAMES[2]: _length_plot(report, "response"),
+        PLOT_NAMES[3]: _coverage_plot(report),
+    }
+    if report.projection:
+        out[PLOT_NAMES[4]] = _cluster_plot(report)
+    return out
 
 
 def serve_plots(path: str) -> None:
