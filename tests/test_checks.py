@@ -246,11 +246,17 @@ def test_one_out_of_vocabulary_row_in_35_is_skipped(
     assert info.anomalies["id_out_of_vocab"].first == f"{SHARD}:21"
 
 
-def test_checks_beside_selection_in_worker_processes_say_the_same(
-    deepseek_data: Path, qwen_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("workers", [1, 2])
+def test_checks_beside_selection_say_the_same(
+    deepseek_data: Path,
+    qwen_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    workers: int,
 ) -> None:
-    # With several workers on a large corpus, selection starts in worker processes before the
-    # tokenizer checks run here: the refusal, the warnings and the files are as with one.
+    # On a large corpus, selection starts (in worker processes, or a thread with one worker)
+    # before the tokenizer checks run here: the refusal, the warnings and the files are as on a
+    # small corpus, where everything runs here one after another.
     from distprompt import pipeline
 
     kw: dict = {"per_source": 4, "recover_turns": False}
@@ -259,12 +265,12 @@ def test_checks_beside_selection_in_worker_processes_say_the_same(
     written = build_suite(deepseek_data, tokenizer=qwen_dir, check_tokenizer=False, **kw)
     monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
     with pytest.raises(TokenizerError) as two:
-        build_suite(deepseek_data, tokenizer=qwen_dir, workers=2, **kw)
+        build_suite(deepseek_data, tokenizer=qwen_dir, workers=workers, **kw)
     assert str(two.value) == str(one.value)
     parallel = build_suite(
-        deepseek_data, tokenizer=qwen_dir, check_tokenizer=False, workers=2, **kw
+        deepseek_data, tokenizer=qwen_dir, check_tokenizer=False, workers=workers, **kw
     )
-    assert parallel._plots is not None  # the worker processes were used
+    assert parallel._plots is not None  # the large-corpus path was taken
     assert parallel.manifest_bytes() == written.manifest_bytes()
     assert parallel.manifest["warnings"][0].startswith("tokenizer check failed")
     a, b = written.save(tmp_path / "a"), parallel.save(tmp_path / "b")

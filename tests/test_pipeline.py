@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from pathlib import Path
 
@@ -188,17 +189,28 @@ def test_selection_and_plots_in_worker_processes_write_the_same_files(
 
     here = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3).save(tmp_path / "a")
     monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
+    pools: list[str] = []
+    real_pool = pipeline._selection_pool
+
+    @contextlib.contextmanager
+    def recording(n: int):  # type: ignore[no-untyped-def]
+        with real_pool(n) as pool:
+            pools.append(type(pool).__name__)
+            yield pool
+
+    monkeypatch.setattr(pipeline, "_selection_pool", recording)
     one = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3, workers=1)
-    assert one._plots is not None  # one worker: selection here, the plots in a fresh process
-    assert one.save(tmp_path / "c").is_dir()
+    assert one._plots is not None  # the plots in a fresh process
     suite = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3, workers=workers)
-    assert suite._plots is not None  # the pool path was taken
-    there = suite.save(tmp_path / "b")
+    assert suite._plots is not None
+    # One worker: selection in a thread beside the checks and the decoding; more: processes.
+    assert pools == ["ThreadPoolExecutor", "ProcessPoolExecutor"]
     names = sorted(str(p.relative_to(here)) for p in here.rglob("*") if p.is_file())
-    assert names == sorted(str(p.relative_to(there)) for p in there.rglob("*") if p.is_file())
     assert any(n.endswith(".png") for n in names)
-    for name in names:
-        assert (here / name).read_bytes() == (there / name).read_bytes(), name
+    for there in (one.save(tmp_path / "c"), suite.save(tmp_path / "b")):
+        assert names == sorted(str(p.relative_to(there)) for p in there.rglob("*") if p.is_file())
+        for name in names:
+            assert (here / name).read_bytes() == (there / name).read_bytes(), name
 
 
 def test_plots_are_drawn_from_a_report_made_before_the_items(

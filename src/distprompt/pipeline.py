@@ -49,7 +49,7 @@ from distprompt.write.report import build_report
 from distprompt.write.suite import Suite
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future, ProcessPoolExecutor
+    from concurrent.futures import Executor, Future, ProcessPoolExecutor
 
 __all__ = ["build_suite", "export_suite", "inspect_corpus", "item_id"]
 
@@ -137,15 +137,15 @@ def build_suite(
     tok, tinfo, found, part = run.tok, run.tinfo, run.found, run.part
     assert tinfo is not None  # need_tokenizer
     shards = found.shards
-    # On a large corpus with several workers, the sources are selected in forked worker
-    # processes (started before the tokenizer checks, which run here meanwhile). With one
-    # worker, selection runs here: a forked worker would copy ~100 MB of the pages it shares
-    # with this process (measured on the benchmark corpus). Either way the plots are drawn in a
-    # fresh process while the items are decoded and the other files written.
+    # On a large corpus the sources are selected beside this thread, which runs the tokenizer
+    # checks meanwhile and decodes each source once selected: in forked worker processes with
+    # several workers, in a thread with one (a forked worker would copy ~100 MB of the pages it
+    # shares with this process, measured on the benchmark corpus). Either way the plots are
+    # drawn in a fresh process while the last items are decoded and the other files written.
     big = _is_large(shards)
-    early = _early_quotas(part, config) if big and config.workers > 1 else None
+    early = _early_quotas(part, config) if big else None
     parallel = early is not None
-    with _forked_pool(config.workers if parallel else 0) as pool:
+    with _selection_pool(config.workers if parallel else 0) as pool:
         submitted = _submit_selection(part, early, config, pool) if early and pool else None
         run = _judged(run, config)
         verdict = run.verdict
@@ -229,7 +229,11 @@ def build_suite(
         report = dataclasses.replace(report, summary=f"{_failed_banner(verdict)} {report.summary}")
     logger.info(
         "selection, decoding and report (%s): %.1f s",
-        f"selection in {config.workers} worker processes" if parallel else "in this process",
+        "selection in a thread"
+        if parallel and config.workers == 1
+        else f"selection in {config.workers} worker processes"
+        if parallel
+        else "in this process",
         time.perf_counter() - passed,
     )
     manifest = _manifest(
@@ -712,6 +716,25 @@ def _select_job(
 
 
 @contextlib.contextmanager
+def _selection_pool(workers: int) -> Iterator[Executor | None]:
+    """Where the sources are selected while this thread runs the tokenizer checks and decodes
+    the sources already selected: ``workers`` forked processes for 2 or more, one thread for 1
+    (no copied pages; selection's numpy and scipy work and the tokenizer's Rust code leave the
+    interpreter lock often enough to overlap), None for 0 (all of it here, one after another).
+    """
+    if workers != 1:
+        with _forked_pool(workers) as pool:
+            yield pool
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    # BLAS on one thread for the whole time the selection thread runs: threadpoolctl's limits
+    # are the process's, so they are set (and restored) once, here, not from two threads.
+    with _one_thread(), ThreadPoolExecutor(1, thread_name_prefix="distprompt-select") as pool:
+        yield pool
+
+
+@contextlib.contextmanager
 def _forked_pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
     """``workers`` processes forked from this one (None for 0), for the work after the pass.
 
@@ -737,17 +760,20 @@ def _forked_pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
 
 
 def _submit_selection(
-    part: Partial, quotas: dict[str, Quota], config: Config, pool: ProcessPoolExecutor
+    part: Partial, quotas: dict[str, Quota], config: Config, pool: Executor
 ) -> dict[Future[Any], str]:
-    """Every source's selection, submitted to ``pool``, the largest pools first.
+    """Every source's selection, submitted to ``pool`` (:func:`_selection_pool`), the largest
+    pools first.
 
     Forked workers find the pools in :data:`_SELECTING` (the workers of a fork pool are all
-    forked at the first submit); :func:`_select_and_decode` empties it once they are done.
+    forked at the first submit); :func:`_select_and_decode` empties it once they are done. A
+    thread is handed them.
     """
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
     largest_first = sorted(part.stats, key=lambda s: (-len(part.pools[s]), s))
-    forked = multiprocessing.get_start_method() == "fork"
+    forked = multiprocessing.get_start_method() == "fork" and isinstance(pool, ProcessPoolExecutor)
     if forked:
         _SELECTING.update({s: part.pools[s].candidates() for s in largest_first})
     return {
@@ -778,11 +804,11 @@ def _select_and_decode(
     """Select each source's representatives, read them back and decode them.
 
     With ``submitted`` (:func:`_submit_selection`), the sources are selected in worker
-    processes and each is read back and decoded here as soon as it is done; without, one after
-    another here. The selection of a source does not depend on where it runs, and the results
-    are put in source order: the same items, counts and evidence either way. ``on_selected``
-    is called with the counts and the evidence once every source is selected, before the last
-    items are decoded (all of them, in this process).
+    processes or a thread, and each is read back and decoded here as soon as it is done;
+    without, one after another here. The selection of a source does not depend on where it
+    runs, and the results are put in source order: the same items, counts and evidence either
+    way. ``on_selected`` is called with the counts and the evidence once every source is
+    selected, before the last items are decoded (all of them, in this thread).
 
     Returns:
         Items selected per source, the items (by source, then cluster), the report's evidence.
