@@ -151,11 +151,16 @@ def _tokenizer_class_warning(tokenizer_name: str) -> str | None:
         return None
     try:
         cfg = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    cls = str(cfg.get("tokenizer_class") or "") if isinstance(cfg, dict) else ""
+    if not cls.startswith("Llama"):
+        return None  # before reading tokenizer.json: tens of MB, ~0.5 s
+    try:
         tj = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    cls = str(cfg.get("tokenizer_class") or "")
-    if not cls.startswith("Llama") or "ByteLevel" not in json.dumps(tj.get("pre_tokenizer")):
+    if not isinstance(tj, dict) or "ByteLevel" not in json.dumps(tj.get("pre_tokenizer")):
         return None
     return (
         f"**Client tokenizer class.** `tokenizer_config.json` names `{cls}` over a byte-level "
