@@ -224,9 +224,9 @@ def test_plots_are_drawn_from_a_report_made_before_the_items(
     seen: list = []
 
     class Recording(pipeline._PlotProcess):
-        def __init__(self, report) -> None:  # type: ignore[no-untyped-def]
+        def send(self, report) -> None:  # type: ignore[no-untyped-def]
             seen.append(report)
-            super().__init__(report)
+            super().send(report)
 
     monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
     monkeypatch.setattr(pipeline, "_PlotProcess", Recording)

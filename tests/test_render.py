@@ -32,3 +32,17 @@ def test_html_page_escapes_what_the_data_holds_and_inlines_the_plots() -> None:
     assert page.count("data:image/png;base64,") == 1
     assert page.count("<details>") == 2  # one per source
     assert page.startswith("<!DOCTYPE html>") and page.endswith("</body></html>\n")
+
+
+def test_a_plot_process_that_gets_no_report_draws_nothing() -> None:
+    # Started ahead of the report (to import matplotlib meanwhile), it exits quietly when its
+    # parent closes stdin without handing one over (an error, or Ctrl-C, in between).
+    import subprocess
+    import sys
+
+    code = "from distprompt.write.render import serve_plots; serve_plots()"
+    done = subprocess.run(
+        [sys.executable, "-c", code], input=b"", capture_output=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b""

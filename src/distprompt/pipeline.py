@@ -194,17 +194,25 @@ def build_suite(
         plots: _PlotProcess | None = None
         try:
 
+            def start_plots() -> None:
+                # The last selections are under way (the smallest pools: selection's memory is
+                # past its peak): the plot process starts and imports meanwhile.
+                nonlocal plots
+                if big and plots is None:
+                    _trim_heap()  # what selection freed, before another process starts
+                    plots = _PlotProcess()
+
             def draw(counts: dict[str, int], evidence: dict[str, SourceEvidence | None]) -> None:
                 # Every source is selected: the plots are drawn elsewhere from a report without
                 # the items (they are those of the final report) while the items are decoded.
-                nonlocal plots
                 if big:
                     without_items = build_report(
                         evidence, stats=part.stats, quotas=quotas, items=(), selected=counts,
                         meta=meta,
                     )  # fmt: skip
-                    _trim_heap()  # what selection freed, before another process starts
-                    plots = _PlotProcess(without_items)
+                    start_plots()
+                    assert plots is not None
+                    plots.send(without_items)
 
             selected_counts, items, evidence = _select_and_decode(
                 part,
@@ -216,6 +224,7 @@ def build_suite(
                 warn=_warn,
                 submitted=submitted,
                 on_selected=draw,
+                on_last=start_plots,
             )
         except BaseException:
             if plots is not None:
@@ -798,6 +807,7 @@ def _select_and_decode(
     warn: Callable[[str], None],
     submitted: dict[Future[Any], str] | None,
     on_selected: Callable[[dict[str, int], dict[str, SourceEvidence | None]], None],
+    on_last: Callable[[], None] = lambda: None,
 ) -> tuple[dict[str, int], list[SuiteItem], dict[str, SourceEvidence | None]]:
     """Select each source's representatives, read them back and decode them.
 
@@ -806,7 +816,9 @@ def _select_and_decode(
     without, one after another here. The selection of a source does not depend on where it
     runs, and the results are put in source order: the same items, counts and evidence either
     way. ``on_selected`` is called with the counts and the evidence once every source is
-    selected, before the last items are decoded (all of them, in this thread).
+    selected, before the last items are decoded (all of them, in this thread); ``on_last``
+    once the selections left are no more than the workers running them (before the last one,
+    without ``submitted``).
 
     Returns:
         Items selected per source, the items (by source, then cluster), the report's evidence.
@@ -836,6 +848,8 @@ def _select_and_decode(
     with _one_thread():
         if submitted is None:
             for s in sources:
+                if s == sources[-1]:
+                    on_last()
                 results[s] = _select_source(
                     part.pools[s].candidates(), quotas[s], config, part.stats[s]
                 )
@@ -846,8 +860,12 @@ def _select_and_decode(
             from concurrent.futures import as_completed
 
             try:
+                if len(sources) <= config.workers:
+                    on_last()
                 for fut in as_completed(submitted):
                     results[submitted[fut]] = fut.result()
+                    if 0 < len(sources) - len(results) <= config.workers:
+                        on_last()
                     if len(results) == len(sources):
                         all_selected(results)
                     take(submitted[fut], results[submitted[fut]])
@@ -868,47 +886,61 @@ def _select_and_decode(
 
 
 class _PlotProcess:
-    """The plots of ``report`` drawn in a fresh Python process while this one goes on.
+    """The plots of a report drawn in a fresh Python process while this one goes on.
 
     A subprocess rather than a forked worker, which would copy ~100 MB of the pages it shares
     with this one (measured on the benchmark corpus), and rather than a multiprocessing spawn,
-    which imports the caller's main script again. Calling waits for the PNGs; if the process
-    failed they are drawn here, with a warning.
+    which imports the caller's main script again. It is started before the report exists, to
+    import matplotlib meanwhile (~1 s), and waits for it: :meth:`send` hands it over. Calling
+    waits for the PNGs; if the process failed they are drawn here, with a warning.
     """
 
-    def __init__(self, report: Any) -> None:
-        import pickle
+    def __init__(self) -> None:
         import subprocess
-        import tempfile
 
-        self._report = report
-        fd, self._path = tempfile.mkstemp(prefix="distprompt-report-", suffix=".pickle")
-        with os.fdopen(fd, "wb") as fh:
-            pickle.dump(report, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        code = (
-            "import sys; from distprompt.write.render import serve_plots; serve_plots(sys.argv[1])"
-        )
+        self._report: Any = None
+        self._path: str | None = None
+        code = "from distprompt.write.render import serve_plots; serve_plots()"
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", code, self._path],
-            stdin=subprocess.DEVNULL,
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             # It imports distprompt from where this process did.
             env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
         )
         self._out: list[bytes] = []
+        self._reader: threading.Thread | None = None
+
+    def send(self, report: Any) -> None:
+        """Hand ``report`` over (pickled to a temporary file the process removes once read)."""
+        import pickle
+        import tempfile
+
+        self._report = report
+        fd, self._path = tempfile.mkstemp(prefix="distprompt-report-", suffix=".pickle")
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(report, fh, protocol=pickle.HIGHEST_PROTOCOL)
         # Read as it comes, so that the process never blocks on a full pipe.
+        message = (self._path + "\n").encode("utf-8", "surrogateescape")
         self._reader = threading.Thread(
-            target=lambda: self._out.extend(self._proc.communicate()), daemon=True
+            target=lambda: self._out.extend(self._communicate(message)), daemon=True
         )
         self._reader.start()
+
+    def _communicate(self, message: bytes) -> tuple[bytes, bytes]:
+        try:
+            return self._proc.communicate(message)
+        except (BrokenPipeError, ValueError):  # it died before it read the path
+            self._proc.wait()
+            return b"", b""
 
     def __call__(self) -> dict[str, bytes]:
         import pickle
 
+        assert self._reader is not None, "send() first"
         self._reader.join()
-        with contextlib.suppress(FileNotFoundError):  # removed by the process once read
-            os.unlink(self._path)
+        self._remove()
         out, err = self._out if len(self._out) == 2 else (b"", b"")
         if self._proc.returncode == 0:
             with contextlib.suppress(Exception):
@@ -925,9 +957,16 @@ class _PlotProcess:
     def stop(self) -> None:
         """Stop the process (the plots are not wanted)."""
         self._proc.kill()
-        self._reader.join()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._path)
+        if self._reader is not None:
+            self._reader.join()
+        else:
+            self._proc.communicate()
+        self._remove()
+
+    def _remove(self) -> None:
+        if self._path is not None:
+            with contextlib.suppress(FileNotFoundError):  # removed by the process once read
+                os.unlink(self._path)
 
 
 #: A selected candidate and its cluster index, cluster size and weight.

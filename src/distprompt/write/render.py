@@ -84,13 +84,22 @@ def plots(report: Report) -> dict[str, bytes]:
     return out
 
 
-def serve_plots(path: str) -> None:
+def serve_plots(path: str | None = None) -> None:
     """What a plot process runs: draw the plots of the pickled :class:`Report` at ``path``
-    (removed once read) and write ``{name: PNG bytes}``, pickled, to stdout."""
+    (removed once read) and write ``{name: PNG bytes}``, pickled, to stdout.
+
+    Without ``path``, matplotlib is imported first and the path is then read from stdin (a
+    line); nothing is drawn if stdin ends without one.
+    """
     import os
     import pickle
     import sys
 
+    if path is None:
+        _pyplot()
+        path = sys.stdin.buffer.readline().decode("utf-8", "surrogateescape").rstrip("\n")
+        if not path:
+            return
     with open(path, "rb") as fh:
         report = pickle.load(fh)
     os.unlink(path)
