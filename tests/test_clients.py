@@ -45,3 +45,24 @@ def test_without_a_tokenizer_nothing_is_counted() -> None:
     for d in sharegpt_drops(items, None).values():
         assert not d.computed and d.total == 0
         assert d.kept_out_lens == {items[0].id: 1, items[1].id: 9}  # out_len: at least 1
+
+
+def test_lengths_in_one_batch_are_those_of_one_text_at_a_time(any_tokenizer: Any) -> None:
+    # The batch call (a fast tokenizer on every core) counts what `encode` of each text counts,
+    # special tokens included; an object with only `encode` is counted one text at a time.
+    texts = ["", "Hello", "Ünïcödé — 漢字 and code: def f(x):\n    return x", " lead space"]
+    items = [
+        make_item(i, messages=[{"role": "user", "content": t}], response=texts[-1 - i])
+        for i, t in enumerate(texts)
+    ]
+    want = [
+        (len(any_tokenizer.encode(t)), len(any_tokenizer.encode(texts[-1 - i])))
+        for i, t in enumerate(texts)
+    ]
+    assert sharegpt_lengths(items, any_tokenizer) == want
+
+    class EncodeOnly:
+        def encode(self, text: str) -> list[int]:
+            return any_tokenizer.encode(text)
+
+    assert sharegpt_lengths(items, EncodeOnly()) == want
