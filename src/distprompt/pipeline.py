@@ -857,18 +857,28 @@ def _select_and_decode(
             for s in sources:
                 take(s, results[s])
         else:
-            from concurrent.futures import as_completed
+            from concurrent.futures import FIRST_COMPLETED, wait
 
             try:
                 if len(sources) <= config.workers:
                     on_last()
-                for fut in as_completed(submitted):
-                    results[submitted[fut]] = fut.result()
-                    if 0 < len(sources) - len(results) <= config.workers:
+                running, done = set(submitted), list[str]()
+                while running or done:
+                    # What has finished is collected before each source is decoded, so that
+                    # the plots start as soon as the last selection ends, not a decoding later.
+                    ready, running = wait(
+                        running, timeout=0 if done else None, return_when=FIRST_COMPLETED
+                    )
+                    for fut in sorted(ready, key=lambda f: submitted[f]):
+                        results[submitted[fut]] = fut.result()
+                        done.append(submitted[fut])
+                    if ready and 0 < len(sources) - len(results) <= config.workers:
                         on_last()
-                    if len(results) == len(sources):
+                    if ready and len(results) == len(sources):
                         all_selected(results)
-                    take(submitted[fut], results[submitted[fut]])
+                    if done:
+                        s = done.pop(0)
+                        take(s, results[s])
             finally:
                 _SELECTING.clear()
         if decode_here:
