@@ -199,8 +199,10 @@ def build_suite(
                 # past its peak): the plot process starts and imports meanwhile.
                 nonlocal plots
                 if big and plots is None:
-                    _trim_heap()  # what selection freed, before another process starts
-                    plots = _PlotProcess()
+                    _trim_heap()  # what selection freed, before other processes start
+                    # Two with several workers (their memory is past its peak by now); one
+                    # with one, whose memory is at the edge of the target.
+                    plots = _PlotProcess(2 if config.workers > 1 else 1)
 
             def draw(counts: dict[str, int], evidence: dict[str, SourceEvidence | None]) -> None:
                 # Every source is selected: the plots are drawn elsewhere from a report without
@@ -896,87 +898,96 @@ def _select_and_decode(
 
 
 class _PlotProcess:
-    """The plots of a report drawn in a fresh Python process while this one goes on.
+    """The plots of a report drawn in fresh Python processes while this one goes on.
 
-    A subprocess rather than a forked worker, which would copy ~100 MB of the pages it shares
+    Subprocesses rather than forked workers, which would copy ~100 MB of the pages they share
     with this one (measured on the benchmark corpus), and rather than a multiprocessing spawn,
-    which imports the caller's main script again. It is started before the report exists, to
-    import matplotlib meanwhile (~1 s), and waits for it: :meth:`send` hands it over. Calling
-    waits for the PNGs; if the process failed they are drawn here, with a warning.
+    which imports the caller's main script again. They are started before the report exists,
+    to import matplotlib meanwhile (~1 s), and wait for it on stdin: :meth:`send` hands it
+    over; each draws a share of the plots (:func:`~distprompt.write.render.plot_groups`).
+    Calling waits for the PNGs; those of a process that failed are drawn here, with a warning.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, processes: int = 1) -> None:
         import subprocess
 
+        from distprompt.write.render import plot_groups
+
         self._report: Any = None
-        self._path: str | None = None
-        code = "from distprompt.write.render import serve_plots; serve_plots()"
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", code],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            # It imports distprompt from where this process did.
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+        code = (
+            "import sys; from distprompt.write.render import serve_plots; serve_plots(sys.argv[1:])"
         )
-        self._out: list[bytes] = []
-        self._reader: threading.Thread | None = None
+        self._procs = [
+            (
+                names,
+                subprocess.Popen(
+                    [sys.executable, "-c", code, *names],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    # It imports distprompt from where this process did.
+                    env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+                ),
+            )
+            for names in plot_groups(processes)
+        ]
+        self._out: list[tuple[bytes, bytes]] = [(b"", b"")] * len(self._procs)
+        self._readers: list[threading.Thread] = []
 
     def send(self, report: Any) -> None:
-        """Hand ``report`` over (pickled to a temporary file the process removes once read)."""
+        """Hand ``report`` over (pickled, on each process's stdin)."""
         import pickle
-        import tempfile
 
         self._report = report
-        fd, self._path = tempfile.mkstemp(prefix="distprompt-report-", suffix=".pickle")
-        with os.fdopen(fd, "wb") as fh:
-            pickle.dump(report, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        # Read as it comes, so that the process never blocks on a full pipe.
-        message = (self._path + "\n").encode("utf-8", "surrogateescape")
-        self._reader = threading.Thread(
-            target=lambda: self._out.extend(self._communicate(message)), daemon=True
-        )
-        self._reader.start()
+        data = pickle.dumps(report, protocol=pickle.HIGHEST_PROTOCOL)
+        for i in range(len(self._procs)):
+            # Written and read as it goes (communicate), so that no process blocks on a pipe.
+            reader = threading.Thread(target=self._communicate, args=(i, data), daemon=True)
+            reader.start()
+            self._readers.append(reader)
 
-    def _communicate(self, message: bytes) -> tuple[bytes, bytes]:
-        try:
-            return self._proc.communicate(message)
-        except (BrokenPipeError, ValueError):  # it died before it read the path
-            self._proc.wait()
-            return b"", b""
+    def _communicate(self, i: int, data: bytes) -> None:
+        proc = self._procs[i][1]
+        with contextlib.suppress(OSError, ValueError):  # it died before it read the report
+            self._out[i] = proc.communicate(data)
+        proc.wait()
 
     def __call__(self) -> dict[str, bytes]:
         import pickle
 
-        assert self._reader is not None, "send() first"
-        self._reader.join()
-        self._remove()
-        out, err = self._out if len(self._out) == 2 else (b"", b"")
-        if self._proc.returncode == 0:
-            with contextlib.suppress(Exception):
-                pngs = pickle.loads(out)
-                if isinstance(pngs, dict):
-                    return pngs
-        lines = err.decode("utf-8", "replace").strip().splitlines()
-        why = lines[-1] if lines else f"exit code {self._proc.returncode}"
-        plot_logger.warning("the plot process failed (%s); the plots are drawn here instead", why)
-        from distprompt.write.render import plots
+        assert self._readers, "send() first"
+        pngs: dict[str, bytes] = {}
+        for reader in self._readers:
+            reader.join()
+        for (names, proc), (out, err) in zip(self._procs, self._out, strict=True):
+            got = None
+            if proc.returncode == 0:
+                with contextlib.suppress(Exception):
+                    got = pickle.loads(out)
+            if isinstance(got, dict):
+                pngs.update(got)
+                continue
+            lines = err.decode("utf-8", "replace").strip().splitlines()
+            why = lines[-1] if lines else f"exit code {proc.returncode}"
+            plot_logger.warning(
+                "the plot process failed (%s); the plots are drawn here instead", why
+            )
+            from distprompt.write.render import plots
 
-        return plots(self._report)
+            pngs.update(plots(self._report, names))
+        from distprompt.write.render import PLOT_NAMES
+
+        return {n: pngs[n] for n in PLOT_NAMES if n in pngs}
 
     def stop(self) -> None:
-        """Stop the process (the plots are not wanted)."""
-        self._proc.kill()
-        if self._reader is not None:
-            self._reader.join()
-        else:
-            self._proc.communicate()
-        self._remove()
-
-    def _remove(self) -> None:
-        if self._path is not None:
-            with contextlib.suppress(FileNotFoundError):  # removed by the process once read
-                os.unlink(self._path)
+        """Stop the processes (the plots are not wanted)."""
+        for _, proc in self._procs:
+            proc.kill()
+        for reader in self._readers:
+            reader.join()
+        for _, proc in self._procs:
+            with contextlib.suppress(OSError, ValueError):
+                proc.communicate()
 
 
 #: A selected candidate and its cluster index, cluster size and weight.
