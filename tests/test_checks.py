@@ -276,3 +276,32 @@ def test_checks_beside_selection_say_the_same(
     a, b = written.save(tmp_path / "a"), parallel.save(tmp_path / "b")
     for name in ("suite.jsonl", "report.json", "RUN.md", "manifest.json"):
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def test_a_refusal_beside_selection_in_a_thread_drops_the_sources_not_started(
+    tmp_path: Path, deepseek_tokenizer: Any, qwen_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One worker on a large corpus selects in a thread while the checks run here; when they
+    # refuse the tokenizer, the sources not yet started are dropped, not selected first.
+    import threading
+
+    from distprompt import pipeline
+
+    data = make_corpus(tmp_path / "d", deepseek_tokenizer, {"a": 8, "b": 8, "c": 8})
+    monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
+    started: list[str] = []
+    gate = threading.Event()
+    real = pipeline._select_source
+
+    def held(cands, quota, config, stats):  # type: ignore[no-untyped-def]
+        started.append(quota.source)
+        gate.wait(30)  # until the refusal is raised
+        return real(cands, quota, config, stats)
+
+    monkeypatch.setattr(pipeline, "_select_source", held)
+    try:
+        with pytest.raises(TokenizerError):
+            build_suite(data, tokenizer=qwen_dir, per_source=3, recover_turns=False, workers=1)
+    finally:
+        gate.set()
+    assert len(started) == 1

@@ -732,15 +732,23 @@ def _selection_pool(workers: int) -> Iterator[Executor | None]:
     interpreter lock often enough to overlap), None for 0 (all of it here, one after another).
     """
     if workers != 1:
-        with _forked_pool(workers) as pool:
-            yield pool
+        with _forked_pool(workers) as procs:
+            yield procs
         return
     from concurrent.futures import ThreadPoolExecutor
 
     # BLAS on one thread for the whole time the selection thread runs: threadpoolctl's limits
     # are the process's, so they are set (and restored) once, here, not from two threads.
-    with _one_thread(), ThreadPoolExecutor(1, thread_name_prefix="distprompt-select") as pool:
-        yield pool
+    with _one_thread():
+        pool = ThreadPoolExecutor(1, thread_name_prefix="distprompt-select")
+        try:
+            yield pool
+        except BaseException:
+            # An error or Ctrl-C: the sources not started are dropped (a thread cannot be
+            # stopped, so the one under way ends first, a few seconds at most).
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
 
 
 @contextlib.contextmanager
