@@ -47,46 +47,67 @@ def _counts(docs: Sequence[np.ndarray], vocab_hint: int) -> Any:
     Such features say nothing about how documents relate (they are most hashed bigrams of a
     long prompt) but dominate the matrix; dropping them (``min_df=2``) keeps the SVD cheap. When
     that would leave nothing (tiny or all-distinct pools), every feature is kept.
+
+    Built in linear time, without a sort: the ids of all documents are laid out feature by
+    feature (scipy's CSR to CSC conversion, a counting sort that keeps documents in order), where
+    a document's repeats of a feature are adjacent and summed in one pass and the documents of a
+    feature are counted directly; the kept features are laid out back by document, which sorts
+    each document's features. Unigram and bigram features are apart (ids below ``vocab_hint``,
+    then the hashed bigrams), so each kind is laid out on its own.
     """
     from scipy import sparse
 
-    n_cols = vocab_hint + _BIGRAM_BUCKETS
-    lengths = np.zeros(len(docs) + 1, dtype=np.int64)
-    cols: list[np.ndarray] = []
-    for i, ids in enumerate(docs):
-        a = np.asarray(ids, dtype=np.int64)
-        if a.shape[0] > 1:
-            bi = vocab_hint + ((a[:-1] * 1_000_003 + a[1:]) % _BIGRAM_BUCKETS)
-            a = np.concatenate([a, bi])
-        cols.append(a.astype(np.int32))  # column ids < 2**31: half the memory of int64
-        lengths[i + 1] = a.shape[0]
-    c = np.concatenate(cols) if cols else np.zeros(0, dtype=np.int32)
-    del cols
-    # Counts summed in float32 (exact below 2**24) and widened once compacted: the largest
-    # temporary arrays of selection at half the size.
-    m = sparse.csr_matrix(
-        (np.ones(c.shape[0], dtype=np.float32), c, np.cumsum(lengths)),
-        shape=(len(docs), n_cols),
+    n = len(docs)
+    lengths = np.fromiter((len(d) for d in docs), dtype=np.int64, count=n)
+    ids = np.concatenate(docs).astype(np.int32, copy=False) if n else np.zeros(0, np.int32)
+    # The bigram at every position but the last of each document.
+    big = ids[:-1].astype(np.int64) * 1_000_003 + ids[1:] if ids.shape[0] > 1 else ids[:0]
+    ends = np.cumsum(lengths)
+    big = np.delete(big, ends[(lengths > 0) & (ends <= big.shape[0])] - 1)
+    big %= _BIGRAM_BUCKETS
+    by_feature = [_by_feature(lengths, ids, vocab_hint)]
+    del ids
+    by_feature.append(
+        _by_feature(np.maximum(lengths - 1, 0), big.astype(np.int32), _BIGRAM_BUCKETS)
     )
-    del c
-    m.sum_duplicates()
-    # Compact the column space in linear time (no sort of all features).
-    df = np.bincount(m.indices, minlength=n_cols)
+    del big
+    df = np.concatenate([np.diff(m.indptr) for m in by_feature])
     keep = df >= 2
     if not keep.any():
         keep = df >= 1
-    remap = (np.cumsum(keep) - 1).astype(np.int32)
-    mask = keep[m.indices]
-    kept_before = np.zeros(
-        mask.shape[0] + 1, dtype=np.int64 if mask.shape[0] >= 2**31 else np.int32
+    # Counts summed in float32 (exact below 2**24) and widened once compacted: the largest
+    # temporary arrays of selection at half the size.
+    indices, data = [], []
+    for m, kept in zip(by_feature, np.split(keep, [vocab_hint]), strict=True):
+        entries = np.repeat(kept, np.diff(m.indptr))
+        indices.append(m.indices[entries])
+        data.append(m.data[entries].astype(np.float64))
+    del by_feature, entries
+    n_kept = int(keep.sum())
+    indptr = np.zeros(max(1, n_kept) + 1, dtype=np.int64)  # one empty column when nothing is
+    np.cumsum(df[keep], out=indptr[1 : n_kept + 1])
+    kept_features = sparse.csc_matrix(
+        (np.concatenate(data), np.concatenate(indices), indptr), shape=(n, max(1, n_kept))
     )
-    np.cumsum(mask, out=kept_before[1:])
-    indptr = kept_before[m.indptr]
-    del kept_before
-    data = m.data[mask].astype(np.float64)
-    indices = remap[m.indices[mask]]
-    del m, mask
-    return sparse.csr_matrix((data, indices, indptr), shape=(len(docs), max(1, int(keep.sum()))))
+    del indices, data
+    return kept_features.tocsr()
+
+
+def _by_feature(lengths: np.ndarray, cols: np.ndarray, n_cols: int) -> Any:
+    """Counts of ``cols`` (``lengths[i]`` of them for document ``i``, in document order) laid
+    out feature by feature: CSC, documents ascending within a feature, repeats summed."""
+    from scipy import sparse
+
+    indptr = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    by_doc = sparse.csr_matrix(
+        (np.ones(cols.shape[0], dtype=np.float32), cols, indptr),
+        shape=(lengths.shape[0], n_cols),
+    )
+    m = by_doc.tocsc()
+    del by_doc
+    m.sum_duplicates()  # documents already ascending: a linear pass, no sort
+    return m
 
 
 def _budget(prompts: Sequence[np.ndarray], budget: int) -> Sequence[np.ndarray]:
