@@ -60,37 +60,43 @@ def _counts(docs: Sequence[np.ndarray], vocab_hint: int) -> Any:
     n = len(docs)
     lengths = np.fromiter((len(d) for d in docs), dtype=np.int64, count=n)
     ids = np.concatenate(docs).astype(np.int32, copy=False) if n else np.zeros(0, np.int32)
-    # The bigram at every position but the last of each document.
-    big = ids[:-1].astype(np.int64) * 1_000_003 + ids[1:] if ids.shape[0] > 1 else ids[:0]
-    ends = np.cumsum(lengths)
-    big = np.delete(big, ends[(lengths > 0) & (ends <= big.shape[0])] - 1)
+    # The bigram at every position but the last of each document (in place: one int64 array).
+    big = ids[:-1].astype(np.int64)
+    big *= 1_000_003
+    big += ids[1:]
     big %= _BIGRAM_BUCKETS
+    big32 = big.astype(np.int32)
+    del big
+    ends = np.cumsum(lengths)
+    big32 = np.delete(big32, ends[(lengths > 0) & (ends <= big32.shape[0])] - 1)
     by_feature = [_by_feature(lengths, ids, vocab_hint)]
     del ids
-    by_feature.append(
-        _by_feature(np.maximum(lengths - 1, 0), big.astype(np.int32), _BIGRAM_BUCKETS)
-    )
-    del big
+    by_feature.append(_by_feature(np.maximum(lengths - 1, 0), big32, _BIGRAM_BUCKETS))
+    del big32
     df = np.concatenate([np.diff(m.indptr) for m in by_feature])
     keep = df >= 2
     if not keep.any():
         keep = df >= 1
-    # Counts summed in float32 (exact below 2**24) and widened once compacted: the largest
-    # temporary arrays of selection at half the size.
-    indices, data = [], []
+    n_kept, nnz = int(keep.sum()), int(df[keep].sum())
+    # Counts summed in float32 (exact below 2**24) and widened once laid out by document: the
+    # largest temporary arrays of selection at half the size.
+    indices = np.empty(nnz, dtype=np.int32)
+    data = np.empty(nnz, dtype=np.float32)
+    at = 0
     for m, kept in zip(by_feature, np.split(keep, [vocab_hint]), strict=True):
         entries = np.repeat(kept, np.diff(m.indptr))
-        indices.append(m.indices[entries])
-        data.append(m.data[entries].astype(np.float64))
+        k = int(np.count_nonzero(entries))
+        indices[at : at + k] = m.indices[entries]
+        data[at : at + k] = m.data[entries]
+        at += k
     del by_feature, entries
-    n_kept = int(keep.sum())
-    indptr = np.zeros(max(1, n_kept) + 1, dtype=np.int64)  # one empty column when nothing is
-    np.cumsum(df[keep], out=indptr[1 : n_kept + 1])
-    kept_features = sparse.csc_matrix(
-        (np.concatenate(data), np.concatenate(indices), indptr), shape=(n, max(1, n_kept))
-    )
+    indptr = np.zeros(max(1, n_kept) + 1, dtype=_index_dtype(nnz))
+    np.cumsum(df[keep], out=indptr[1 : n_kept + 1])  # one empty column when nothing is kept
+    by_doc = sparse.csc_matrix((data, indices, indptr), shape=(n, max(1, n_kept))).tocsr()
     del indices, data
-    return kept_features.tocsr()
+    return sparse.csr_matrix(
+        (by_doc.data.astype(np.float64), by_doc.indices, by_doc.indptr), shape=by_doc.shape
+    )
 
 
 def _by_feature(lengths: np.ndarray, cols: np.ndarray, n_cols: int) -> Any:
@@ -98,7 +104,7 @@ def _by_feature(lengths: np.ndarray, cols: np.ndarray, n_cols: int) -> Any:
     out feature by feature: CSC, documents ascending within a feature, repeats summed."""
     from scipy import sparse
 
-    indptr = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
+    indptr = np.zeros(lengths.shape[0] + 1, dtype=_index_dtype(cols.shape[0]))
     np.cumsum(lengths, out=indptr[1:])
     by_doc = sparse.csr_matrix(
         (np.ones(cols.shape[0], dtype=np.float32), cols, indptr),
@@ -108,6 +114,12 @@ def _by_feature(lengths: np.ndarray, cols: np.ndarray, n_cols: int) -> Any:
     del by_doc
     m.sum_duplicates()  # documents already ascending: a linear pass, no sort
     return m
+
+
+def _index_dtype(nnz: int) -> type:
+    """int32 index arrays while they can hold ``nnz``: scipy widens every index array of a
+    matrix to the widest one given, and an int64 pointer would double the biggest ones."""
+    return np.int32 if nnz < 2**31 else np.int64
 
 
 def _budget(prompts: Sequence[np.ndarray], budget: int) -> Sequence[np.ndarray]:
