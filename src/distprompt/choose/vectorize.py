@@ -90,7 +90,7 @@ def _counts(docs: Sequence[np.ndarray], vocab_hint: int) -> Any:
         data[at : at + k] = m.data[entries]
         at += k
     del by_feature, entries
-    indptr = np.zeros(max(1, n_kept) + 1, dtype=_index_dtype(nnz))
+    indptr: np.ndarray = np.zeros(max(1, n_kept) + 1, dtype=_index_dtype(nnz))
     np.cumsum(df[keep], out=indptr[1 : n_kept + 1])  # one empty column when nothing is kept
     by_doc = sparse.csc_matrix((data, indices, indptr), shape=(n, max(1, n_kept))).tocsr()
     del indices, data
@@ -104,7 +104,7 @@ def _by_feature(lengths: np.ndarray, cols: np.ndarray, n_cols: int) -> Any:
     out feature by feature: CSC, documents ascending within a feature, repeats summed."""
     from scipy import sparse
 
-    indptr = np.zeros(lengths.shape[0] + 1, dtype=_index_dtype(cols.shape[0]))
+    indptr: np.ndarray = np.zeros(lengths.shape[0] + 1, dtype=_index_dtype(cols.shape[0]))
     np.cumsum(lengths, out=indptr[1:])
     by_doc = sparse.csr_matrix(
         (np.ones(cols.shape[0], dtype=np.float32), cols, indptr),
