@@ -107,6 +107,7 @@ def test_counts_match_a_plain_count_of_unigrams_and_bigrams(docs: list[np.ndarra
 
     vocab_hint = max((int(d.max()) for d in docs if len(d)), default=0) + 1
     m = _counts(docs, vocab_hint)
+    assert (_counts(docs) != m).nnz == 0  # the default vocab_hint is the same
     want = _reference_counts(docs, vocab_hint)
     assert m.shape == (len(docs), max(1, len({j for _, j in want})))
     assert m.has_sorted_indices and m.data.dtype == np.float64

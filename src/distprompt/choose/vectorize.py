@@ -41,7 +41,7 @@ class Features:
     log_length: np.ndarray
 
 
-def _counts(docs: Sequence[np.ndarray], vocab_hint: int) -> Any:
+def _counts(docs: Sequence[np.ndarray], vocab_hint: int | None = None) -> Any:
     """Document x feature counts; features seen in a single document only are dropped.
 
     Such features say nothing about how documents relate (they are most hashed bigrams of a
@@ -54,12 +54,16 @@ def _counts(docs: Sequence[np.ndarray], vocab_hint: int) -> Any:
     feature are counted directly; the kept features are laid out back by document, which sorts
     each document's features. Unigram and bigram features are apart (ids below ``vocab_hint``,
     then the hashed bigrams), so each kind is laid out on its own.
+
+    ``vocab_hint``: the first bigram column, above every id (default: the largest id + 1).
     """
     from scipy import sparse
 
     n = len(docs)
     lengths = np.fromiter((len(d) for d in docs), dtype=np.int64, count=n)
     ids = np.concatenate(docs).astype(np.int32, copy=False) if n else np.zeros(0, np.int32)
+    if vocab_hint is None:
+        vocab_hint = int(ids.max()) + 1 if ids.shape[0] else 1
     # The bigram at every position but the last of each document (in place: one int64 array).
     big = ids[:-1].astype(np.int64)
     big *= 1_000_003
@@ -170,8 +174,7 @@ def vectorize(
     if lengths is None:
         lengths = [len(p) for p in prompts]
     prompts = _budget(prompts, token_budget)
-    vocab_hint = int(max((int(p.max()) for p in prompts if len(p)), default=0)) + 1
-    counts = _counts(prompts, vocab_hint)
+    counts = _counts(prompts)  # the ids' maximum from their concatenation, not per prompt
     if n <= _SVD_FIT_MAX:
         tfidf = TfidfTransformer(sublinear_tf=True).fit_transform(counts)
     else:
