@@ -86,3 +86,61 @@ def test_measure_source_skewed_and_trivial_selections() -> None:
     assert trivial.trivial and trivial.suite.mean_distance == 0.0
     assert trivial.suite.represented_share == 1.0 and trivial.suite.ks_prompt == 0.0
     assert trivial.random == trivial.suite
+
+
+def test_measure_source_figures_are_those_of_the_plain_functions() -> None:
+    # measure_source shares work between its six selections (norms once, one pass for a random
+    # sample's clusters and distance, each histogram prepared once): its figures must be, to
+    # the bit, those of the public functions applied one by one; a pool over 4096 candidates
+    # is measured in several chunks.
+    from distprompt.choose.cluster import assign
+    from distprompt.records import SourceStats
+
+    from factories import candidate
+
+    rng = np.random.default_rng(4)
+    n, k = 5000, 30
+    lengths = rng.integers(5, 400, size=n)
+    resp = rng.integers(1, 900, size=n)
+    cands = [candidate(i, n_prompt=int(lengths[i]), n_resp=int(resp[i])) for i in range(n)]
+    st = SourceStats()
+    for p, r in zip(rng.integers(5, 400, size=8000), rng.integers(1, 900, size=8000), strict=True):
+        st.rows += 1
+        st.prompt_lengths[int(p)] += 1
+        st.response_lengths[int(r)] += 1
+    content = rng.normal(size=(n, 6))
+    content /= np.linalg.norm(content, axis=1)[:, None]
+    loglen = np.log(lengths.astype(np.float64))
+    sel = rng.choice(n, size=k, replace=False).tolist()
+    w = rng.random(k)
+    w /= w.sum()
+    ev = measure_source(cands, sel, w, stats=st, content=content, log_length=loglen, seed=3)
+    x = reference_space(content, loglen)
+    runs = [(np.asarray(sel), w)]
+    for i in range(5):
+        ridx = np.sort(np.random.default_rng([3, i]).choice(n, size=k, replace=False))
+        runs.append((ridx, np.bincount(assign(x, ridx.tolist()), minlength=k) / n))
+    for (ix, wx), got in zip(runs, (ev.suite, *ev.random_runs), strict=True):
+        assert got.mean_distance == mean_nearest_distance(x, ix)
+        for field, values, hist in (
+            ("prompt", lengths[ix], st.prompt_lengths),
+            ("response", resp[ix], st.response_lengths),
+        ):
+            assert getattr(got, f"ks_{field}") == ks_statistic(values, hist)
+            assert getattr(got, f"ks_{field}_weighted") == ks_statistic(values, hist, weights=wx)
+    assert [s.weights.tolist() for s in ev.random_samples] == [wx.tolist() for _, wx in runs[1:]]
+
+
+def test_nearest_is_the_argmin_and_min_of_all_distances() -> None:
+    from distprompt.choose.cluster import nearest, sq_distances
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 5))
+    x[7] = x[3]  # a candidate equidistant from two coinciding centers: the earlier one wins
+    centers = [3, 250, 7, 40]
+    labels, d = nearest(x, centers, chunk=64)
+    full = sq_distances(x, x[centers])
+    assert labels.tolist() == np.argmin(full, axis=1).tolist()
+    assert d == pytest.approx(full.min(1))  # a matmul of another shape may round otherwise
+    assert labels[7] == 0
+    assert np.array_equal(nearest(x, centers, x_sq=(x * x).sum(1))[1], d)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from distprompt.choose.vectorize import vectorize
 
@@ -63,3 +67,53 @@ def test_token_budget_keeps_only_each_prompts_ends() -> None:
     assert small.log_length == pytest.approx(np.log([72, 72, 50, 80]))  # whole prompts' lengths
     whole = vectorize(docs)
     assert (whole.tfidf[0] != whole.tfidf[1]).nnz > 0
+
+
+def _reference_counts(docs: list[np.ndarray], vocab_hint: int) -> dict[tuple[int, int], int]:
+    """The counts ``_counts`` must give, by a dictionary: (document, kept feature) -> count."""
+    from distprompt.choose.vectorize import _BIGRAM_BUCKETS
+
+    per_doc = []
+    for d in docs:
+        a = [int(v) for v in d]
+        feats = a + [
+            vocab_hint + (x * 1_000_003 + y) % _BIGRAM_BUCKETS for x, y in itertools.pairwise(a)
+        ]
+        c: dict[int, int] = {}
+        for f in feats:
+            c[f] = c.get(f, 0) + 1
+        per_doc.append(c)
+    df: dict[int, int] = {}
+    for c in per_doc:
+        for f in c:
+            df[f] = df.get(f, 0) + 1
+    kept = sorted(f for f, n in df.items() if n >= 2) or sorted(df)
+    col = {f: j for j, f in enumerate(kept)}
+    return {(i, col[f]): n for i, c in enumerate(per_doc) for f, n in c.items() if f in col}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    docs=st.lists(
+        st.lists(st.integers(0, 40), max_size=12).map(lambda v: np.array(v, dtype=np.int32)),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_counts_match_a_plain_count_of_unigrams_and_bigrams(docs: list[np.ndarray]) -> None:
+    # Empty and one-token documents, repeats within a document, features of one document only
+    # (dropped) and pools where every feature is of one document (all kept).
+    from distprompt.choose.vectorize import _counts
+
+    vocab_hint = max((int(d.max()) for d in docs if len(d)), default=0) + 1
+    m = _counts(docs, vocab_hint)
+    assert (_counts(docs) != m).nnz == 0  # the default vocab_hint is the same
+    want = _reference_counts(docs, vocab_hint)
+    assert m.shape == (len(docs), max(1, len({j for _, j in want})))
+    assert m.has_sorted_indices and m.data.dtype == np.float64
+    got = {
+        (i, int(j)): v
+        for i, row in enumerate(m)
+        for j, v in zip(row.indices, row.data, strict=True)
+    }
+    assert got == want

@@ -6,24 +6,58 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["assign", "kmeans_medoids", "sq_distances"]
+__all__ = ["assign", "kmeans_medoids", "nearest", "sq_distances"]
 
 
-def sq_distances(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Squared Euclidean distances between the rows of ``x`` and ``y``."""
-    d = (x * x).sum(1)[:, None] + (y * y).sum(1)[None, :] - 2.0 * (x @ y.T)
+def sq_distances(x: np.ndarray, y: np.ndarray, *, x_sq: np.ndarray | None = None) -> np.ndarray:
+    """Squared Euclidean distances between the rows of ``x`` and ``y``.
+
+    ``x_sq``: the rows' squared norms ``(x * x).sum(1)`` when already at hand (a row's norm
+    does not depend on the rows around it: the same bits as computing it here).
+    """
+    xs = (x * x).sum(1) if x_sq is None else x_sq
+    d = xs[:, None] + (y * y).sum(1)[None, :] - 2.0 * (x @ y.T)
     return np.maximum(d, 0.0)
 
 
-def assign(x: np.ndarray, centers: Sequence[int], *, chunk: int = 4096) -> np.ndarray:
+def nearest(
+    x: np.ndarray,
+    centers: Sequence[int] | np.ndarray,
+    *,
+    chunk: int = 4096,
+    x_sq: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """For every row of ``x``, the index (into ``centers``) of the nearest selected row, ties to
+    the earlier center, and the squared distance to it.
+
+    Example:
+        >>> import numpy as np
+        >>> labels, d = nearest(np.array([[0.0], [1.0], [3.0]]), [2, 0])
+        >>> labels.tolist(), d.tolist()
+        ([1, 1, 0], [0.0, 1.0, 0.0])
+    """
+    c = x[np.asarray(centers, dtype=np.int64)]
+    labels = np.empty(x.shape[0], dtype=np.int64)
+    dmin = np.empty(x.shape[0])
+    for s in range(0, x.shape[0], chunk):
+        d = sq_distances(x[s : s + chunk], c, x_sq=None if x_sq is None else x_sq[s : s + chunk])
+        labels[s : s + chunk] = np.argmin(d, axis=1)
+        dmin[s : s + chunk] = d.min(axis=1)
+    return labels, dmin
+
+
+def assign(
+    x: np.ndarray,
+    centers: Sequence[int] | np.ndarray,
+    *,
+    chunk: int = 4096,
+    x_sq: np.ndarray | None = None,
+) -> np.ndarray:
     """Index (into ``centers``) of the nearest selected row for every row of ``x``.
 
     Ties go to the earlier center, so the result is deterministic.
     """
-    c = x[np.asarray(centers, dtype=np.int64)]
-    out = np.empty(x.shape[0], dtype=np.int64)
-    for s in range(0, x.shape[0], chunk):
-        out[s : s + chunk] = np.argmin(sq_distances(x[s : s + chunk], c), axis=1)
+    out = nearest(x, centers, chunk=chunk, x_sq=x_sq)[0]
     # A representative stands for itself even when another one coincides with it.
     out[np.asarray(centers, dtype=np.int64)] = np.arange(len(centers))
     return out

@@ -91,34 +91,127 @@ def herding(
         return list(range(n))
     rng = np.random.default_rng(seed)
     gamma = _gamma(x, rng)
+    # Squared norms once: every distance below is ``sq[i] + sq[j] - 2 x_i.x_j``, the same
+    # operations (so the same bits) as cluster.sq_distances computing them again each time.
+    sq = (x * x).sum(1)
     # Larger pools: the mean embedding against a uniform sample of landmarks (linear in n).
     land = np.arange(n) if n <= _MAX_EXACT else np.sort(rng.choice(n, _LANDMARKS, replace=False))
+    y, yy = x[land], sq[land]
     mu = np.empty(n)
-    for s in range(0, n, 512):  # 512 x landmarks floats at a time
-        mu[s : s + 512] = np.exp(-gamma * sq_distances(x[s : s + 512], x[land])).mean(1)
+    for s in range(0, n, 512):  # 512 x landmarks floats at a time, worked on in place
+        g = x[s : s + 512] @ y.T
+        d = sq[s : s + 512, None] + yy[None, :]
+        g *= 2.0
+        d -= g
+        del g
+        np.maximum(d, 0.0, out=d)
+        d *= -gamma
+        np.exp(d, out=d)
+        mu[s : s + 512] = d.mean(1)
+        del d
     repulse = np.zeros(n)
-    # sparse @ dense vector: linear in the non-zeros, where sparse @ sparse builds a product
-    # matrix each step
-    rows = tfidf.tocsr() if tfidf is not None else None
+    guard = _Guard(tfidf, near_duplicate, n) if tfidf is not None else None
     taken = np.zeros(n, dtype=bool)
-    near = np.zeros(n, dtype=bool)
     picked: list[int] = []
     for t in range(k):
         score = mu - repulse / (t + 1)
         score[taken] = -np.inf
-        if tfidf is not None and not np.all(near | taken):
-            score[near] = -np.inf
-        i = int(np.argmax(score))
+        i = guard.pick(score, taken) if guard is not None else int(np.argmax(score))
         picked.append(i)
         taken[i] = True
-        repulse += np.exp(-gamma * sq_distances(x, x[i : i + 1])[:, 0])
-        if rows is not None:
-            lo, hi = rows.indptr[i], rows.indptr[i + 1]
-            v = np.zeros(rows.shape[1])
-            v[rows.indices[lo:hi]] = rows.data[lo:hi]
-            sim = rows @ v
-            near |= sim >= near_duplicate
+        d1 = sq + sq[i] - 2.0 * (x @ x[i : i + 1].T)[:, 0]
+        np.maximum(d1, 0.0, out=d1)
+        d1 *= -gamma
+        repulse += np.exp(d1, out=d1)
+        if guard is not None:
+            guard.picked(i)
     return picked
+
+
+class _Guard:
+    """The near-duplicate guard of :func:`herding`, evaluated where it can change a pick.
+
+    A candidate is near (a duplicate of) the suite when its cosine similarity with a picked
+    prompt is at least the threshold; while a candidate that is not near is left, the best of
+    those is picked. Rather than the similarity of every candidate with every pick (a sparse
+    product over the whole pool at each step), the best-scored candidate is compared with the
+    picks it has not been compared with yet, then the next one while it is near: the pick is the
+    same, as long as the same similarities come out. They do, bit for bit: the dot product of
+    two rows with sorted indices sums the products of their shared features in index order,
+    which is what the sparse product over the whole pool adds (its other terms are ``+0.0``).
+    When a step has to look at many candidates (a pool of near-duplicates), the guard turns to
+    the product over the whole pool, which is then cheaper than one comparison at a time.
+    """
+
+    _MAX_SCAN = 64  # candidates compared in one step before the whole pool is
+
+    def __init__(self, tfidf: Any, threshold: float, n: int) -> None:
+        rows = tfidf.tocsr()
+        if not rows.has_sorted_indices:
+            rows = rows.sorted_indices()
+        self.rows = rows
+        self.threshold = threshold
+        self.near = np.zeros(n, dtype=bool)  # known to be near the suite (it only grows)
+        self.compared = np.zeros(n, dtype=np.int64)  # picks each candidate was compared with
+        self.picks: list[int] = []
+        self.eager = False  # near holds every candidate's comparison with every pick
+        self.dense = np.zeros(rows.shape[1])
+
+    def _row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        lo, hi = self.rows.indptr[i], self.rows.indptr[i + 1]
+        return self.rows.indices[lo:hi], self.rows.data[lo:hi]
+
+    def _near_picks(self, j: int) -> bool:
+        """Whether candidate ``j`` is near a pick it was not compared with yet."""
+        new = self.picks[self.compared[j] :]
+        self.compared[j] = len(self.picks)
+        return bool(new) and bool((self.similarities(j, new) >= self.threshold).any())
+
+    def similarities(self, j: int, picks: list[int]) -> np.ndarray:
+        """Cosine similarity of candidate ``j`` with each of ``picks``: the same bits as
+        ``rows @ v`` with ``v`` the dense row of the pick."""
+        cols, vals = self._row(j)
+        self.dense[cols] = vals
+        parts = [self._row(p) for p in picks]
+        idx = np.concatenate([c for c, _ in parts])
+        prod = np.concatenate([v for _, v in parts]) * self.dense[idx]
+        self.dense[cols] = 0.0
+        seg = np.repeat(np.arange(len(picks)), [c.shape[0] for c, _ in parts])
+        # bincount adds each pick's products one after another from 0.0, in index order: the
+        # sums sparse @ dense makes
+        return np.bincount(seg, weights=prod, minlength=len(picks))
+
+    def _product(self, p: int) -> None:
+        cols, vals = self._row(p)
+        self.dense[cols] = vals
+        self.near |= (self.rows @ self.dense) >= self.threshold
+        self.dense[cols] = 0.0
+
+    def pick(self, score: np.ndarray, taken: np.ndarray) -> int:
+        """The best-scored candidate not near the suite (any best one when all are)."""
+        masked = score.copy()
+        masked[self.near] = -np.inf
+        for _ in range(self._MAX_SCAN if not self.eager else 0):
+            if np.all(self.near | taken):
+                return int(np.argmax(score))
+            j = int(np.argmax(masked))
+            if not self._near_picks(j):
+                return j
+            self.near[j] = True
+            masked[j] = -np.inf
+        if not self.eager:  # many near-duplicates: every candidate against every pick at once
+            self.eager = True
+            for p in self.picks:
+                self._product(p)
+            masked[self.near] = -np.inf
+        if np.all(self.near | taken):
+            return int(np.argmax(score))
+        return int(np.argmax(masked))
+
+    def picked(self, i: int) -> None:
+        self.picks.append(i)
+        if self.eager:
+            self._product(i)
 
 
 def select(

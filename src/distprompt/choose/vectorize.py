@@ -41,52 +41,107 @@ class Features:
     log_length: np.ndarray
 
 
-def _counts(docs: Sequence[np.ndarray], vocab_hint: int) -> Any:
+def _counts(docs: Sequence[np.ndarray], vocab_hint: int | None = None) -> Any:
     """Document x feature counts; features seen in a single document only are dropped.
 
     Such features say nothing about how documents relate (they are most hashed bigrams of a
     long prompt) but dominate the matrix; dropping them (``min_df=2``) keeps the SVD cheap. When
     that would leave nothing (tiny or all-distinct pools), every feature is kept.
+
+    Built in linear time, without a sort: the ids of all documents are laid out feature by
+    feature (scipy's CSR to CSC conversion, a counting sort that keeps documents in order), where
+    a document's repeats of a feature are adjacent and summed in one pass and the documents of a
+    feature are counted directly; the kept features are laid out back by document, which sorts
+    each document's features. Unigram and bigram features are apart (ids below ``vocab_hint``,
+    then the hashed bigrams), so each kind is laid out on its own.
+
+    ``vocab_hint``: the first bigram column, above every id (default: the largest id + 1).
     """
     from scipy import sparse
 
-    n_cols = vocab_hint + _BIGRAM_BUCKETS
-    lengths = np.zeros(len(docs) + 1, dtype=np.int64)
-    cols: list[np.ndarray] = []
-    for i, ids in enumerate(docs):
-        a = np.asarray(ids, dtype=np.int64)
-        if a.shape[0] > 1:
-            bi = vocab_hint + ((a[:-1] * 1_000_003 + a[1:]) % _BIGRAM_BUCKETS)
-            a = np.concatenate([a, bi])
-        cols.append(a.astype(np.int32))  # column ids < 2**31: half the memory of int64
-        lengths[i + 1] = a.shape[0]
-    c = np.concatenate(cols) if cols else np.zeros(0, dtype=np.int32)
-    del cols
-    # Counts summed in float32 (exact below 2**24) and widened once compacted: the largest
-    # temporary arrays of selection at half the size.
-    m = sparse.csr_matrix(
-        (np.ones(c.shape[0], dtype=np.float32), c, np.cumsum(lengths)),
-        shape=(len(docs), n_cols),
-    )
-    del c
-    m.sum_duplicates()
-    # Compact the column space in linear time (no sort of all features).
-    df = np.bincount(m.indices, minlength=n_cols)
+    n = len(docs)
+    lengths = np.fromiter((len(d) for d in docs), dtype=np.int64, count=n)
+    ids = np.concatenate(docs).astype(np.int32, copy=False) if n else np.zeros(0, np.int32)
+    if vocab_hint is None:
+        vocab_hint = int(ids.max()) + 1 if ids.shape[0] else 1
+    # The bigram at every position but the last of each document (in place: one int64 array).
+    big = ids[:-1].astype(np.int64)
+    big *= 1_000_003
+    big += ids[1:]
+    big %= _BIGRAM_BUCKETS
+    big32 = big.astype(np.int32)
+    del big
+    ends = np.cumsum(lengths)
+    big32 = np.delete(big32, ends[(lengths > 0) & (ends <= big32.shape[0])] - 1)
+    by_feature = [_by_feature(lengths, ids, vocab_hint)]
+    del ids
+    by_feature.append(_by_feature(np.maximum(lengths - 1, 0), big32, _BIGRAM_BUCKETS))
+    del big32
+    df = np.concatenate([np.diff(m.indptr) for m in by_feature])
     keep = df >= 2
     if not keep.any():
         keep = df >= 1
-    remap = (np.cumsum(keep) - 1).astype(np.int32)
-    mask = keep[m.indices]
-    kept_before = np.zeros(
-        mask.shape[0] + 1, dtype=np.int64 if mask.shape[0] >= 2**31 else np.int32
+    n_kept, nnz = int(keep.sum()), int(df[keep].sum())
+    # Counts summed in float32 (exact below 2**24) and widened once laid out by document: the
+    # largest temporary arrays of selection at half the size.
+    indices = np.empty(nnz, dtype=np.int32)
+    data = np.empty(nnz, dtype=np.float32)
+    at = 0
+    for m, kept in zip(by_feature, np.split(keep, [vocab_hint]), strict=True):
+        entries = np.repeat(kept, np.diff(m.indptr))
+        k = int(np.count_nonzero(entries))
+        indices[at : at + k] = m.indices[entries]
+        data[at : at + k] = m.data[entries]
+        at += k
+    del by_feature, entries
+    indptr: np.ndarray = np.zeros(max(1, n_kept) + 1, dtype=_index_dtype(nnz))
+    np.cumsum(df[keep], out=indptr[1 : n_kept + 1])  # one empty column when nothing is kept
+    by_doc = sparse.csc_matrix((data, indices, indptr), shape=(n, max(1, n_kept))).tocsr()
+    del indices, data
+    return sparse.csr_matrix(
+        (by_doc.data.astype(np.float64), by_doc.indices, by_doc.indptr), shape=by_doc.shape
     )
-    np.cumsum(mask, out=kept_before[1:])
-    indptr = kept_before[m.indptr]
-    del kept_before
-    data = m.data[mask].astype(np.float64)
-    indices = remap[m.indices[mask]]
-    del m, mask
-    return sparse.csr_matrix((data, indices, indptr), shape=(len(docs), max(1, int(keep.sum()))))
+
+
+def _by_feature(lengths: np.ndarray, cols: np.ndarray, n_cols: int) -> Any:
+    """Counts of ``cols`` (``lengths[i]`` of them for document ``i``, in document order) laid
+    out feature by feature: CSC, documents ascending within a feature, repeats summed."""
+    from scipy import sparse
+
+    indptr: np.ndarray = np.zeros(lengths.shape[0] + 1, dtype=_index_dtype(cols.shape[0]))
+    np.cumsum(lengths, out=indptr[1:])
+    by_doc = sparse.csr_matrix(
+        (np.ones(cols.shape[0], dtype=np.float32), cols, indptr),
+        shape=(lengths.shape[0], n_cols),
+    )
+    m = by_doc.tocsc()
+    del by_doc
+    m.sum_duplicates()  # documents already ascending: a linear pass, no sort
+    return m
+
+
+def _release_freed() -> None:
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim``).
+
+    The temporaries of :func:`_counts` (tens of MB on a large pool) are mostly below glibc's
+    mmap threshold once earlier frees have raised it, so they are freed into the heap, where
+    they stay resident under what is allocated after them. Measured on the benchmark corpus
+    (export, one worker): the main process's peak, during the 18k-candidate pool's SVD,
+    659 -> 603 MB with the counts built by sorting, 667 -> 589 MB with the linear ones.
+    """
+    import contextlib
+    import ctypes
+    import sys
+
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):  # not glibc: musl has none
+            ctypes.CDLL(None).malloc_trim(0)
+
+
+def _index_dtype(nnz: int) -> type:
+    """int32 index arrays while they can hold ``nnz``: scipy widens every index array of a
+    matrix to the widest one given, and an int64 pointer would double the biggest ones."""
+    return np.int32 if nnz < 2**31 else np.int64
 
 
 def _budget(prompts: Sequence[np.ndarray], budget: int) -> Sequence[np.ndarray]:
@@ -137,8 +192,8 @@ def vectorize(
     if lengths is None:
         lengths = [len(p) for p in prompts]
     prompts = _budget(prompts, token_budget)
-    vocab_hint = int(max((int(p.max()) for p in prompts if len(p)), default=0)) + 1
-    counts = _counts(prompts, vocab_hint)
+    counts = _counts(prompts)  # the ids' maximum from their concatenation, not per prompt
+    _release_freed()
     if n <= _SVD_FIT_MAX:
         tfidf = TfidfTransformer(sublinear_tf=True).fit_transform(counts)
     else:

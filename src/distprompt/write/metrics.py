@@ -49,6 +49,7 @@ __all__ = [
 N_RANDOM = 5
 _KMEANS_FIT_MAX = 4000  # k-means for the represented share is fitted on at most this many
 _PROJECTION_MAX = 400  # candidates per source drawn in the cluster plot
+_CHUNK = 4096  # rows of the reference space measured against a selection at a time
 
 
 def ks_statistic(
@@ -73,20 +74,41 @@ def ks_statistic(
         >>> ks_statistic([1, 4], {1: 1, 4: 1}, weights=[0.75, 0.25])
         0.25
     """
+    return _ks(values, _cdf(reference), weights)
+
+
+def _cdf(reference: Mapping[int, int]) -> tuple[np.ndarray, np.ndarray] | None:
+    """A histogram's values, ascending, and its CDF after each (0 first); None when empty.
+
+    Made once per histogram: a source's four KS statistics of each of its six selections are
+    against its two histograms.
+    """
+    items = [(float(k), float(c)) for k, c in reference.items() if c > 0]
+    if not items:
+        return None
+    ref = np.array(items)
+    ref = ref[np.argsort(ref[:, 0], kind="stable")]
+    rv, rc = ref[:, 0].copy(), ref[:, 1].copy()
+    return rv, np.concatenate([[0.0], np.cumsum(rc) / rc.sum()])
+
+
+def _ks(
+    values: Sequence[float] | np.ndarray,
+    cdf: tuple[np.ndarray, np.ndarray] | None,
+    weights: Sequence[float] | np.ndarray | None,
+) -> float:
     v = np.asarray(values, dtype=np.float64)
-    ref = sorted((float(k), float(c)) for k, c in reference.items() if c > 0)
-    if v.size == 0 or not ref:
+    if v.size == 0 or cdf is None:
         return float("nan")
     w = np.ones_like(v) if weights is None else np.asarray(weights, dtype=np.float64)
     if w.sum() <= 0:
         return float("nan")
     order = np.argsort(v, kind="stable")
     v, w = v[order], w[order] / w.sum()
-    rv = np.array([k for k, _ in ref])
-    rc = np.array([c for _, c in ref])
+    rv, fr_after = cdf
     grid = np.union1d(v, rv)
     fs = np.concatenate([[0.0], np.cumsum(w)])[np.searchsorted(v, grid, side="right")]
-    fr = np.concatenate([[0.0], np.cumsum(rc) / rc.sum()])[np.searchsorted(rv, grid, "right")]
+    fr = fr_after[np.searchsorted(rv, grid, "right")]
     return round(float(np.max(np.abs(fs - fr))), 12)
 
 
@@ -115,16 +137,20 @@ def mean_nearest_distance(x: np.ndarray, selected: Sequence[int] | np.ndarray) -
         >>> mean_nearest_distance(np.array([[0.0], [1.0], [2.0], [10.0]]), [0, 3])
         0.75
     """
-    from distprompt.choose.cluster import sq_distances
+    from distprompt.choose.cluster import nearest
 
     sel = np.asarray(selected, dtype=np.int64)
     if sel.size == 0 or x.shape[0] == 0:
         return float("nan")
-    c = x[sel]
+    return _mean_distance(nearest(x, sel, chunk=_CHUNK)[1])
+
+
+def _mean_distance(sq_nearest: np.ndarray) -> float:
+    """The mean of the square roots of ``sq_nearest``, summed :data:`_CHUNK` at a time."""
     total = 0.0
-    for s in range(0, x.shape[0], 4096):
-        total += float(np.sqrt(sq_distances(x[s : s + 4096], c).min(axis=1)).sum())
-    return round(total / x.shape[0], 12)
+    for s in range(0, sq_nearest.shape[0], _CHUNK):
+        total += float(np.sqrt(sq_nearest[s : s + _CHUNK]).sum())
+    return round(total / sq_nearest.shape[0], 12)
 
 
 def represented_share(labels: np.ndarray, selected: Sequence[int] | np.ndarray) -> float:
@@ -256,23 +282,22 @@ def _measure(
     *,
     prompt: np.ndarray,
     response: np.ndarray,
-    x: np.ndarray | None,
+    dist: float | None,
     km_labels: np.ndarray | None,
-    corpus_prompt: Mapping[int, int],
-    corpus_response: Mapping[int, int],
+    corpus_prompt: tuple[np.ndarray, np.ndarray] | None,
+    corpus_response: tuple[np.ndarray, np.ndarray] | None,
 ) -> tuple[Metrics, SelectionSample]:
     n = prompt.shape[0]
-    if x is None or km_labels is None:  # every candidate selected
+    if dist is None or km_labels is None:  # every candidate selected
         dist, rep = 0.0, 1.0
     else:
-        dist = mean_nearest_distance(x, idx)
         rep = represented_share(km_labels, idx)
     p, r = prompt[idx], response[idx]
     m = Metrics(
-        ks_prompt=ks_statistic(p, corpus_prompt),
-        ks_prompt_weighted=ks_statistic(p, corpus_prompt, weights=weights),
-        ks_response=ks_statistic(r, corpus_response),
-        ks_response_weighted=ks_statistic(r, corpus_response, weights=weights),
+        ks_prompt=_ks(p, corpus_prompt, None),
+        ks_prompt_weighted=_ks(p, corpus_prompt, weights),
+        ks_response=_ks(r, corpus_response, None),
+        ks_response_weighted=_ks(r, corpus_response, weights),
         mean_distance=dist,
         represented_share=rep,
     )
@@ -316,37 +341,51 @@ def measure_source(
     prompt = np.array([c.n_prompt_tokens for c in candidates], dtype=np.int64)
     response = np.array([c.n_response_tokens for c in candidates], dtype=np.int64)
     trivial = k >= n or content is None or log_length is None
-    x = km = None
+    from distprompt.choose.cluster import nearest
+
+    x = km = x_sq = None
     if not trivial:
         assert content is not None and log_length is not None
         x = reference_space(content, log_length)
+        x_sq = (x * x).sum(1)  # once for the six selections measured
         km = _kmeans_labels(x, k, seed=seed)
+    corpus_prompt, corpus_response = _cdf(stats.prompt_lengths), _cdf(stats.response_lengths)
 
-    def run(ix: np.ndarray, w: np.ndarray) -> tuple[Metrics, SelectionSample]:
+    def near(ix: np.ndarray) -> tuple[np.ndarray | None, float | None]:
+        """Nearest item of each candidate, and the mean distance to it (mean_nearest_distance)."""
+        if x is None:
+            return None, None
+        if ix.size == 0:
+            return None, float("nan")
+        labels, sq_nearest = nearest(x, ix, chunk=_CHUNK, x_sq=x_sq)
+        return labels, _mean_distance(sq_nearest)
+
+    def run(ix: np.ndarray, w: np.ndarray, dist: float | None) -> tuple[Metrics, SelectionSample]:
         return _measure(
             ix,
             w,
             prompt=prompt,
             response=response,
-            x=x,
+            dist=dist,
             km_labels=km,
-            corpus_prompt=stats.prompt_lengths,
-            corpus_response=stats.response_lengths,
+            corpus_prompt=corpus_prompt,
+            corpus_response=corpus_response,
         )
 
-    suite, suite_sample = run(idx, np.asarray(weights, dtype=np.float64))
+    suite, suite_sample = run(idx, np.asarray(weights, dtype=np.float64), near(idx)[1])
     runs: list[Metrics] = []
     samples: list[SelectionSample] = []
     for i in range(n_random):
         rng = np.random.default_rng([seed, i])
         ridx = np.sort(rng.choice(n, size=k, replace=False)) if k < n else np.arange(n)
-        if x is not None:
-            from distprompt.choose.cluster import assign
-
-            rw = np.bincount(assign(x, ridx.tolist()), minlength=k) / n
+        # One pass gives the sample's clusters (so its weights) and its mean distance.
+        labels_r, dist = near(ridx)
+        if labels_r is not None:
+            labels_r[ridx] = np.arange(k)  # each item stands for itself, as in cluster.assign
+            rw = np.bincount(labels_r, minlength=k) / n
         else:
             rw = np.full(k, 1.0 / k)
-        m, s = run(ridx, rw)
+        m, s = run(ridx, rw, dist)
         runs.append(m)
         samples.append(s)
     projection: dict[str, list[Any]] = {}
