@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from distprompt._heap import trim_heap
 from distprompt._version import __version__
 from distprompt.choose.select import select
 from distprompt.choose.stratify import Quota, allocate
@@ -199,7 +200,7 @@ def build_suite(
                 # past its peak): the plot process starts and imports meanwhile.
                 nonlocal plots
                 if big and plots is None:
-                    _trim_heap()  # what selection freed, before other processes start
+                    trim_heap()  # what selection freed, before other processes start
                     # Two, each drawing about half: the plots are the last work of the export
                     # (measured with one worker: the process tree's PSS peaks at 503 MB then,
                     # below selection's peak with the plots in one process, 481 MB).
@@ -446,7 +447,7 @@ def _run_pass(
             name, checks = light[0].name, light[1]
             loading = BackgroundLoad(tokenizer)
         del light
-        _trim_heap()  # the light tokenizer's memory, before the pass's workers fork
+        trim_heap()  # the light tokenizer's memory, before the pass's workers fork
     found = find_shards(data, warn=warn, glob=config.glob)
     shards = found.shards
     if tok is not None and tinfo is not None:
@@ -697,17 +698,6 @@ def _select_source(
     return chosen, ev
 
 
-def _trim_heap() -> None:
-    """Give the C heap's free memory back to the system (glibc's ``malloc_trim``), so that what
-    selection freed is neither counted nor shared with — and copied by — a forked worker."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: musl has none
-        ctypes.CDLL(None).malloc_trim(0)
-
-
 #: The pools being selected from, for worker processes forked from this one (see _select_job).
 _SELECTING: dict[str, list[Candidate]] = {}
 
@@ -768,7 +758,7 @@ def _forked_pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
 
     from distprompt.read.engine import process_pool
 
-    _trim_heap()
+    trim_heap()
     gc.freeze()  # the workers are forked as the first tasks are submitted, in the body
     try:
         with process_pool(workers) as pool:

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from distprompt._heap import trim_heap
+
 __all__ = ["FEATURE_BUDGET", "Features", "vectorize"]
 
 _BIGRAM_BUCKETS = 1 << 20
@@ -120,24 +122,6 @@ def _by_feature(lengths: np.ndarray, cols: np.ndarray, n_cols: int) -> Any:
     return m
 
 
-def _release_freed() -> None:
-    """Give the C heap's free pages back to the system (glibc's ``malloc_trim``).
-
-    The temporaries of :func:`_counts` (tens of MB on a large pool) are mostly below glibc's
-    mmap threshold once earlier frees have raised it, so they are freed into the heap, where
-    they stay resident under what is allocated after them. Measured on the benchmark corpus
-    (export, one worker): the main process's peak, during the 18k-candidate pool's SVD,
-    659 -> 603 MB with the counts built by sorting, 667 -> 589 MB with the linear ones.
-    """
-    import contextlib
-    import ctypes
-    import sys
-
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):  # not glibc: musl has none
-            ctypes.CDLL(None).malloc_trim(0)
-
-
 def _index_dtype(nnz: int) -> type:
     """int32 index arrays while they can hold ``nnz``: scipy widens every index array of a
     matrix to the widest one given, and an int64 pointer would double the biggest ones."""
@@ -193,7 +177,11 @@ def vectorize(
         lengths = [len(p) for p in prompts]
     prompts = _budget(prompts, token_budget)
     counts = _counts(prompts)  # the ids' maximum from their concatenation, not per prompt
-    _release_freed()
+    # The temporaries of _counts (tens of MB on a large pool) are mostly freed into the heap,
+    # where they stayed resident under the SVD's arrays. Measured on the benchmark corpus
+    # (export, one worker): the main process's peak, during the 18k-candidate pool's SVD,
+    # 659 -> 603 MB with the counts built by sorting, 667 -> 589 MB with the linear ones.
+    trim_heap()
     if n <= _SVD_FIT_MAX:
         tfidf = TfidfTransformer(sublinear_tf=True).fit_transform(counts)
     else:
