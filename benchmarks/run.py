@@ -416,8 +416,10 @@ process (`ru_maxrss`).
 `export --per-source 50` with one worker: the row checks' markers are read from
 `tokenizer.json` without `transformers`, the pass runs in a worker process while the main one
 loads the tokenizer and imports what selection and the report use (so the pass shows as waiting
-in `scan`); selection, decoding and the report then run in the main process. The stage times
-logged by `-v` come first. Then `inspect` (the pass in-process).
+in `scan`); the sources are then selected in a thread (pyinstrument samples the main thread
+only: selection shows as waiting) while the main thread runs the tokenizer checks and decodes
+each selected source, and the plots are drawn in two subprocesses. The stage times logged by
+`-v` come first. Then `inspect` (the pass in-process).
 
 ```
 {profile}
