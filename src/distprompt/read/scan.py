@@ -22,10 +22,10 @@ import numpy as np
 
 from distprompt.config import OnError
 from distprompt.errors import CorruptStreamError, DataError, InputError, TokenizerError
-from distprompt.read.fastrow import FullView, RowView, read_row
+from distprompt.read.fastrow import RowView, read_row
 from distprompt.read.shards import iter_rows, open_shard, split_shard
 from distprompt.read.tally import Tally, rebase_where
-from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES, parse_row
+from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES
 from distprompt.records import Candidate, Row, Shard, SourceStats, feature_window
 
 __all__ = [
@@ -426,7 +426,8 @@ def load_candidates(
             row = None
             if raw is not None:
                 try:
-                    row = FullView(parse_row(raw, shard=name, line=p.line, offset=p.offset))
+                    # the pass's reader: the whole row validated, only what is kept parsed
+                    row = read_row(raw, shard=name, line=p.line, offset=p.offset)
                 except DataError:
                     row = None
             if row is None or prompt_key(row.prompt_ids, seed=seed) != c.key:
