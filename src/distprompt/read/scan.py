@@ -23,7 +23,7 @@ import numpy as np
 from distprompt.config import OnError
 from distprompt.errors import CorruptStreamError, DataError, InputError, TokenizerError
 from distprompt.read.fastrow import RowView, read_row
-from distprompt.read.shards import iter_rows, open_shard, split_shard
+from distprompt.read.shards import iter_rows, lines_at, open_shard, split_shard
 from distprompt.read.tally import Tally, rebase_where
 from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES
 from distprompt.records import Candidate, Row, Shard, SourceStats, feature_window
@@ -419,7 +419,9 @@ def load_candidates(
     for name, idx in todo.items():
         shard = by_name[name]
         order = sorted(idx, key=lambda j: out[j].provenance.offset)
-        at = _lines_at(shard, [out[i].provenance.offset for i in order], max_line_bytes)
+        at = lines_at(
+            shard, [out[i].provenance.offset for i in order], max_line_bytes=max_line_bytes
+        )
         for i, raw in zip(order, at, strict=True):
             c = out[i]
             p = c.provenance
@@ -443,29 +445,6 @@ def load_candidates(
                 response_ids=_compact(row.ids(start, end)),
             )
     return out
-
-
-def _lines_at(shard: Shard, offsets: Sequence[int], max_line_bytes: int) -> list[bytes | None]:
-    """The lines starting at ``offsets`` (ascending; None where no line starts): by seeking in
-    a plain shard, in one pass up to the last of them in a compressed one."""
-    from distprompt.read.shards import iter_lines
-
-    out: list[bytes | None] = []
-    if shard.name.endswith(".jsonl"):
-        for off in offsets:
-            # the generator (and its file) is closed as soon as it is dropped
-            first = next(iter_lines(shard, max_line_bytes=max_line_bytes, start=off), None)
-            out.append(None if first is None else first[2])
-        return out
-    found: dict[int, bytes | None] = {}
-    want = set(offsets)
-    last = max(offsets, default=-1)
-    for _, off, raw in iter_lines(shard, max_line_bytes=max_line_bytes):
-        if off in want:
-            found[off] = raw
-        if off >= last:
-            break
-    return [found.get(off) for off in offsets]
 
 
 def _flag(part: Partial, row: Row | RowView, reason: str) -> None:
