@@ -548,8 +548,9 @@ def lines_at(
     last of them, in large blocks from which only the lines wanted are cut (no iteration over
     the other lines: a long shard of long rows decompresses at zlib's speed). Should that read
     fail (a truncated or corrupt stream, an unreadable file), the shard is read line by line
-    as :func:`iter_lines` reads it, which gives today's lines or raises its error, with the
-    ``shard:line`` where reading stopped.
+    as :func:`iter_lines` reads it, up to the last line wanted: the lines before the damage
+    come out as they would from it, and so does its error, with the ``shard:line`` where
+    reading stopped (logged at debug level when it happens).
 
     Raises:
         InputError: The shard cannot be read; :class:`CorruptStreamError` when a compressed
@@ -563,6 +564,8 @@ def lines_at(
             out.append(None if first is None else first[2])
         return out
     want = sorted(set(offsets))
+    if not want:
+        return []
     try:
         with contextlib.closing(_blocks(shard)) as blocks:  # the file closes once all are cut
             found = _cut_lines(blocks, want, max_line_bytes)
