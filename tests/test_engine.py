@@ -16,7 +16,7 @@ import pytest
 from distprompt import build_suite, inspect_corpus
 from distprompt.cli import main
 from distprompt.errors import ConfigError, DataError, InputError
-from distprompt.read.scan import Partial, scan
+from distprompt.read.scan import SAMPLE, Partial, sampled_prompts, scan
 from distprompt.read.shards import discover_shards, iter_lines
 
 from conftest import SAMPLES_DIR
@@ -231,6 +231,24 @@ def test_byte_ranges_of_a_shard_on_ray_match_local(ray_cluster: None, multi_shar
     on_ray = scan(shards, max_candidates=12, on_error="skip", engine="ray", unit_bytes=4096)
     _same(local, on_ray)
     assert on_ray.tally.first_skip == {"missing_loss_mask": "chat/part0.jsonl:5"}
+
+
+def test_the_prompts_held_for_the_round_trip_travel_from_ray(
+    ray_cluster: None, multi_shard: Path
+) -> None:
+    """The partials' held prompts come back from the Ray tasks (byte ranges too): the round
+    trip's sample is the local one and no row is read back for it."""
+    shards = discover_shards(multi_shard)
+    local = scan(shards, max_candidates=100, on_error="skip")
+    on_ray = scan(shards, max_candidates=100, on_error="skip", engine="ray", unit_bytes=4096)
+    assert len(local.pools["chat"]) > SAMPLE
+    for src, pool in local.pools.items():
+        want, read_back = sampled_prompts(pool, SAMPLE, shards)
+        got, read_back_ray = sampled_prompts(on_ray.pools[src], SAMPLE, shards)
+        assert read_back == read_back_ray == 0
+        assert [(c.key, c.count, c.provenance, c.prompt_ids.tolist()) for c in got] == [
+            (c.key, c.count, c.provenance, c.prompt_ids.tolist()) for c in want
+        ]
 
 
 def test_a_failing_byte_range_leaves_out_its_rows_only(

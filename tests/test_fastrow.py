@@ -344,6 +344,56 @@ def test_selected_candidates_are_read_back(tmp_path: Path) -> None:
         load_candidates(cands, [shard])
 
 
+def test_read_back_gives_the_full_parse_values(tmp_path: Path) -> None:
+    """load_candidates reads rows back with the pass's reader: the values (and dtypes) of a
+    full parse, for long and short rows of either spelling, rows the byte checks hand to the
+    full parser, and rows with nothing trained after the prompt; a row that is no longer the
+    one the pass read is refused with the shard:line and the offset."""
+    from distprompt.errors import InputError
+    from distprompt.read.scan import _compact, load_candidates
+
+    rows = [random_row(3000 + 7 * i, 40 + 300 * i, seed=i) for i in range(6)]
+    rows += [random_row(30 + i, 10 + i, seed=50 + i) for i in range(4)]
+    untrained = random_row(2500, 600, seed=70)
+    untrained["loss_mask"] = [0] * untrained["seq_len"]
+    rows.append(untrained)
+    lines = [
+        json.dumps(r).encode() if i % 2 else serialize(r, "orjson") for i, r in enumerate(rows)
+    ]
+    # separators of both kinds in one body: valid JSON the byte checks hand to the full parser
+    mixed = serialize(random_row(2600, 300, seed=80), "orjson")
+    lines.append(mixed.replace(b",", b", ", 1))
+    shard = _shard(str(tmp_path), lines)
+    part = scan([shard], max_candidates=100, sample=0)
+    cands = [c for pool in part.pools.values() for c in pool.candidates()]
+    assert len(cands) == len(lines)
+    got = load_candidates(cands, [shard])
+    for c in got:
+        p = c.provenance
+        full = FullView(parse_row(lines[p.line - 1], shard=p.shard, line=p.line, offset=p.offset))
+        start, end = full.first_response_span()
+        for have, want in (
+            (c.prompt_ids, _compact(full.prompt_ids)),
+            (c.prompt_mask, full.prompt_mask()),
+            (c.response_ids, _compact(full.ids(start, end))),
+        ):
+            assert have is not None and have.dtype == want.dtype
+            assert have.tolist() == want.tolist()
+    assert {type(read_row(raw, shard="a", line=1, offset=0)) for raw in lines} == {
+        fastrow.LineView,
+        fastrow.ListView,
+        FullView,
+    }
+    shard.path.write_bytes(b"\n".join([lines[1], lines[0], *lines[2:]]) + b"\n")
+    first = next(c for c in cands if c.provenance.line == 1)
+    with pytest.raises(InputError) as err:
+        load_candidates([first], [shard])
+    assert str(err.value) == (
+        "a.jsonl:1: expected the row read before at byte 0, found another; the shard changed "
+        "during the run — run again"
+    )
+
+
 @pytest.mark.parametrize("seps", [(",", ":"), (", ", ": "), (", ", ":"), (",", ": ")])
 def test_both_spellings_take_the_byte_checks(seps: tuple[str, str]) -> None:
     """orjson's compact lines and json.dumps's ``", "`` lines are both read by the byte checks

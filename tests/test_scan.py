@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distprompt.read.scan import BottomK, Partial, prompt_key, scan
+from distprompt.read.scan import (
+    SAMPLE,
+    BottomK,
+    Partial,
+    load_candidates,
+    prompt_key,
+    sampled_prompts,
+    scan,
+)
 from distprompt.read.shards import discover_shards
 
-from factories import candidate, chat_rows, write_shard
+from factories import as_row, candidate, chat_rows, write_shard
 
 
 @settings(max_examples=200, deadline=None)
@@ -86,3 +96,161 @@ def test_scan_independent_of_shard_order_and_workers(tmp_path: Path, qwen_tokeni
     first = {c.key: c.provenance for c in small.pools["chat"].candidates()}
     k0 = prompt_key(np.array(rows[0]["input_ids"][: rows[0]["n_prompt_tokens"]]))
     assert (first[k0].shard, first[k0].line) == ("a.jsonl", 1)
+
+
+def _view(cands: list[Any]) -> list[tuple[int, int, Any, list[int] | None]]:
+    return [
+        (c.key, c.count, c.provenance, None if c.prompt_ids is None else c.prompt_ids.tolist())
+        for c in cands
+    ]
+
+
+@pytest.fixture(scope="module")
+def sampled_corpus(tmp_path_factory: pytest.TempPathFactory, qwen_tokenizer: Any) -> Path:
+    """Two sources of more than 64 unique prompts over plain, gzip and zstd shards, with
+    duplicates inside and across shards (their first occurrence not in the first shard read)."""
+    root = tmp_path_factory.mktemp("sampled")
+    chat = chat_rows(qwen_tokenizer, "chat", 150)
+    rng = np.random.default_rng(3)
+    # prompts of random ids: many do not survive a decode and re-encode
+    noise = [
+        as_row(rng.integers(0, 150000, 30).tolist(), [0] * 20 + [1] * 10, 20, "noise")
+        for _ in range(90)
+    ]
+    write_shard(root / "b.jsonl", chat[:100] + chat[:10] + noise[:50] + chat[140:])
+    write_shard(root / "a.jsonl.gz", chat[60:] + chat[5:20] + noise[40:])
+    write_shard(root / "c.jsonl.zst", chat[::7] + noise[::9])
+    return root
+
+
+def _variants(shards: list[Any], **kw: Any) -> dict[str, Partial]:
+    return {
+        "one worker": scan(shards, max_candidates=100, **kw),
+        "reversed": scan(list(reversed(shards)), max_candidates=100, **kw),
+        "two workers": scan(shards, max_candidates=100, workers=2, **kw),
+        "byte ranges": scan(shards, max_candidates=100, workers=2, unit_bytes=4096, **kw),
+        "byte ranges, one process": scan(
+            shards, max_candidates=100, unit_bytes=4096, processes=False, **kw
+        ),
+    }
+
+
+def test_the_pass_holds_the_pools_first_prompts(sampled_corpus: Path) -> None:
+    """The sample the pass holds is the pool's first 64 candidates (same keys, counts and
+    provenance) with the prompt ids read back from their rows, for any worker count, shard
+    order and unit size; no row is read back for it."""
+    shards = discover_shards(sampled_corpus)
+    reference = None
+    for how, part in _variants(shards).items():
+        for src in ("chat", "noise"):
+            pool = part.pools[src]
+            assert len(pool) > SAMPLE, how
+            assert pool.sample is not None and pool.sample.k == SAMPLE
+            first = pool.candidates()[:SAMPLE]
+            assert [c[:3] for c in _view(pool.sample.candidates())] == [
+                c[:3] for c in _view(first)
+            ], how
+            got, read_back = sampled_prompts(pool, SAMPLE, shards)
+            assert read_back == 0, how
+            assert _view(got) == _view(load_candidates(first, shards)), how
+            assert all(c.prompt_ids is not None for c in got)
+        views = {s: _view(sampled_prompts(p, SAMPLE, shards)[0]) for s, p in part.pools.items()}
+        reference = reference or views
+        assert views == reference, how
+
+
+def test_a_pool_smaller_than_the_sample_is_held_whole(sampled_corpus: Path) -> None:
+    shards = discover_shards(sampled_corpus)
+    for workers in (1, 2):
+        part = scan(shards, max_candidates=30, workers=workers, unit_bytes=4096)
+        pool = part.pools["chat"]
+        assert pool.sample is not None and pool.sample.k == 30
+        got, read_back = sampled_prompts(pool, SAMPLE, shards)
+        assert read_back == 0 and len(got) == 30
+        assert _view(got) == _view(load_candidates(pool.candidates(), shards))
+
+
+def test_prompts_not_held_are_read_back(sampled_corpus: Path) -> None:
+    """A larger sample than the pass held, no sample, or a pool merged with a partial read
+    without one: the missing prompts are read back, the result is the same."""
+    shards = discover_shards(sampled_corpus)
+    part = scan(shards, max_candidates=100)
+    pool = part.pools["chat"]
+    want = _view(load_candidates(pool.candidates()[:90], shards))
+    got, read_back = sampled_prompts(pool, 90, shards)
+    assert read_back == 90 - SAMPLE and _view(got) == want
+    bare = scan(shards, max_candidates=100, sample=0)
+    assert bare.pools["chat"].sample is None
+    got, read_back = sampled_prompts(bare.pools["chat"], 90, shards)
+    assert read_back == 90 and _view(got) == want
+    # one shard's partial without a sample (made by other code), merged with ones with it
+    mixed = Partial(k=100, sample=SAMPLE)
+    for shard in shards:
+        mixed.merge(scan([shard], max_candidates=100, sample=0 if shard.name == "b.jsonl" else 64))
+    got, read_back = sampled_prompts(mixed.pools["chat"], 90, shards)
+    assert 0 < read_back < 90 and _view(got) == want
+
+
+def test_a_changed_shard_is_refused_where_rows_are_read_back(
+    sampled_corpus: Path, tmp_path: Path
+) -> None:
+    """The held prompts are those the pass read; a prompt read back from a shard rewritten
+    since is refused."""
+    from distprompt.errors import InputError
+
+    data = tmp_path / "data"
+    data.mkdir()
+    src = sampled_corpus / "b.jsonl"
+    (data / "b.jsonl").write_bytes(src.read_bytes())
+    shards = discover_shards(data)
+    part = scan(shards, max_candidates=100)
+    held, _ = sampled_prompts(part.pools["chat"], SAMPLE, shards)
+    lines = src.read_bytes().splitlines(keepends=True)
+    (data / "b.jsonl").write_bytes(b"".join(reversed(lines)))
+    again, read_back = sampled_prompts(part.pools["chat"], SAMPLE, shards)
+    assert read_back == 0 and _view(again) == _view(held)
+    with pytest.raises(InputError, match="changed"):
+        sampled_prompts(part.pools["chat"], SAMPLE + 1, shards)
+
+
+def test_round_trip_from_held_prompts_is_the_read_back_one(
+    sampled_corpus: Path, qwen_tokenizer: Any
+) -> None:
+    """run_checks gives the same figures (rates, first failing shard:line) from the prompts
+    the pass held as from reading them all back, for any worker count and unit size."""
+    from distprompt.recover.checks import ROUND_TRIP_SAMPLE, prepare_checks, run_checks
+
+    assert ROUND_TRIP_SAMPLE == SAMPLE
+    shards = discover_shards(sampled_corpus)
+    vocab = len(qwen_tokenizer)
+    checks = prepare_checks(qwen_tokenizer, vocab)
+    kw: dict[str, Any] = {"vocab_size": vocab, "check": checks.row_check}
+    results = []
+    for how, part in _variants(shards, **kw).items():
+        held = run_checks(
+            checks, part, qwen_tokenizer, "qwen", has_chat_template=True, shards=shards
+        )
+        for pool in part.pools.values():
+            pool.sample = None  # as a partial made without the held prompts
+        back = run_checks(
+            checks, part, qwen_tokenizer, "qwen", has_chat_template=True, shards=shards
+        )
+        assert held == back, how
+        results.append(held)
+    assert all(r == results[0] for r in results)
+    _, round_trips = results[0]
+    ok, n, first = round_trips["noise"]
+    assert n == SAMPLE and ok < n and first is not None  # failures, with their shard:line
+
+
+def test_a_held_prompt_of_another_row_is_not_used() -> None:
+    """The held ids stand for the pool's candidate only when they were read from its row (the
+    same provenance): another row of the same key (a 64-bit collision) is read back instead."""
+    from dataclasses import replace
+
+    pool = BottomK(10, sample=10)
+    pool.add(candidate(5, shard="s.jsonl", line=3))  # held as it is: read back as it is
+    assert pool.sample is not None
+    pool.sample.add(replace(candidate(5, shard="s.jsonl", line=9), prompt_ids=np.array([42])))
+    [got], read_back = sampled_prompts(pool, 10, [])
+    assert read_back == 1 and got.prompt_ids.tolist() == [5] and got.provenance.line == 3

@@ -5,13 +5,16 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 
 from distprompt.errors import DataError, InputError
 from distprompt.read.shards import discover_shards, find_shards, iter_rows, open_shard
 from distprompt.read.tally import Tally
+from distprompt.records import Shard
 
 from factories import chat_rows, shard_with, write_shard
 
@@ -154,3 +157,128 @@ def test_gzip_stream_is_not_loaded_whole(tmp_path: Path, rows) -> None:  # type:
     it = iter_rows(shard)
     first = next(it)
     assert first.provenance.line == 1 and first.provenance.offset == 0
+
+
+def _lines_blob(rng: np.random.Generator, n: int) -> bytes:
+    """``n`` lines of a few bytes to a few dozen: BOMs, CRLF endings, blank lines, \\r inside,
+    maybe no newline at the end."""
+    out = []
+    for _ in range(n):
+        body = bytes(rng.choice(list(b"ab{}\r 9"), size=int(rng.integers(0, 40))).tolist())
+        if rng.random() < 0.1:
+            body = b"\xef\xbb\xbf" + body
+        out.append(body + (b"\r\n" if rng.random() < 0.2 else b"\n"))
+    blob = b"".join(out)
+    return blob[:-1] if rng.random() < 0.3 else blob
+
+
+def _compressed(blob: bytes, how: str, rng: np.random.Generator) -> bytes:
+    import zstandard
+
+    cuts = sorted(int(c) for c in rng.integers(0, len(blob) + 1, size=3))
+    pieces = [blob[a:b] for a, b in zip([0, *cuts], [*cuts, len(blob)], strict=True)]
+    if how == "gz":
+        return gzip.compress(blob)
+    if how == "gz members":  # members one after another, zero padding between and after
+        return b"\x00\x00".join(gzip.compress(p) for p in pieces) + b"\x00" * 5
+    return b"".join(zstandard.ZstdCompressor().compress(p) for p in pieces)
+
+
+def _outcome(fn: Any, *args: Any, **kw: Any) -> Any:
+    try:
+        return fn(*args, **kw)
+    except Exception as exc:
+        return type(exc), str(exc)
+
+
+@pytest.mark.parametrize("block", [(3, 2), (64, 5), (4 << 20, 1 << 20)])
+@pytest.mark.parametrize("how", ["gz", "gz members", "zst"])
+def test_compressed_lines_are_cut_from_blocks_as_iter_lines_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, block: tuple[int, int]
+) -> None:
+    """lines_at decompresses in blocks and cuts the lines wanted out of them: the lines the
+    line-by-line read gives (BOM and line ending stripped, None for a line too long or where
+    no line starts), whatever the block size, without falling back to it."""
+    from distprompt.read import shards
+
+    monkeypatch.setattr(shards, "_BLOCK", block[0])
+    monkeypatch.setattr(shards, "_FEED", block[1])
+    by_line = shards._lines_by_line
+    seen = 0
+    for seed in range(25):
+        rng = np.random.default_rng(seed)
+        blob = _lines_blob(rng, int(rng.integers(1, 60)))
+        path = tmp_path / f"s{seed}.jsonl.{how[:2] if how != 'zst' else 'zst'}"
+        path.write_bytes(_compressed(blob, how, rng))
+        shard = Shard(path=path, name=path.name, size=path.stat().st_size)
+        starts = [0] + [i + 1 for i in range(len(blob)) if blob[i] == 10 and i + 1 < len(blob)]
+        picked = [s for s in starts if rng.random() < 0.4]
+        others = [int(o) for o in rng.integers(0, len(blob) + 10, size=4)]
+        for want in (starts, picked, sorted(picked + others), [starts[-1]], [len(blob) + 3]):
+            limit = int(rng.choice([10, 30, 1 << 20]))
+            ref = by_line(shard, sorted(set(want)), limit)
+            expected = [ref.get(o) for o in want]
+            monkeypatch.setattr(shards, "_lines_by_line", None)  # no fallback here
+            assert shards.lines_at(shard, want, max_line_bytes=limit) == expected, (seed, want)
+            monkeypatch.setattr(shards, "_lines_by_line", by_line)
+            seen += sum(line is not None for line in expected)
+    assert seen > 300  # lines were cut out, not only None
+
+
+def _damaged(how: str, body: bytes) -> bytes:
+    import zstandard
+
+    gz = gzip.compress(body)
+    zst = zstandard.ZstdCompressor(write_checksum=True).compress(body)
+    return {
+        "gz cut": gz[: len(gz) * 2 // 3],
+        "gz cut in its trailer": gz[:-3],
+        "gz crc flipped": gz[:-8] + bytes([gz[-8] ^ 1]) + gz[-7:],
+        "gz garbage after": gz + b"garbage!",
+        "gz padding then garbage": gz + b"\x00\x00x",
+        "gz second member cut": gz + gzip.compress(body)[:40],
+        "gz empty": b"",
+        "zst cut": zst[: len(zst) // 2],
+        "zst cut tail": zst[:-2],
+        "zst garbage after": zst + b"garbage!",
+        "zst flipped header": zst[:4] + bytes([zst[4] ^ 0x08]) + zst[5:],
+    }[how]
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "gz cut",
+        "gz cut in its trailer",
+        "gz crc flipped",
+        "gz garbage after",
+        "gz padding then garbage",
+        "gz second member cut",
+        "gz empty",
+        "zst cut",
+        "zst cut tail",
+        "zst garbage after",
+        "zst flipped header",
+    ],
+)
+def test_a_damaged_stream_read_back_as_before(tmp_path: Path, how: str) -> None:
+    """On a truncated or corrupt stream lines_at gives what the line-by-line read back gave:
+    the lines before the damage, or its CorruptStreamError with the shard:line where reading
+    stopped."""
+    from distprompt.errors import CorruptStreamError
+    from distprompt.read import shards
+
+    body = b"".join(orjson.dumps({"i": i, "pad": "x" * (i % 50)}) + b"\n" for i in range(400))
+    path = tmp_path / ("s.jsonl.gz" if how.startswith("gz") else "s.jsonl.zst")
+    path.write_bytes(_damaged(how, body))
+    shard = Shard(path=path, name=path.name, size=path.stat().st_size)
+    starts = [0] + [i + 1 for i in range(len(body) - 1) if body[i] == 10]
+    errors = 0
+    for want in ([0], starts[:50], starts[150:160], starts[-5:], starts, [len(body) + 1]):
+        ref = _outcome(shards._lines_by_line, shard, want, 1 << 20)
+        expected = ref if isinstance(ref, tuple) else [ref.get(o) for o in want]
+        assert _outcome(shards.lines_at, shard, want) == expected, want
+        if isinstance(ref, tuple):
+            assert ref[0] is CorruptStreamError and "truncated or corrupt" in ref[1]
+            errors += 1
+    assert errors or how in ("gz empty", "zst cut tail", "zst garbage after")

@@ -475,6 +475,7 @@ def _run_pass(
             on_started=on_started,
             engine=config.engine,
             ray_address=config.ray_address,
+            sample=round_trip_sample,
         )
 
     say = warn if warn is not None else (lambda msg: logger.warning("%s", msg))

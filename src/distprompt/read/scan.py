@@ -22,10 +22,10 @@ import numpy as np
 
 from distprompt.config import OnError
 from distprompt.errors import CorruptStreamError, DataError, InputError, TokenizerError
-from distprompt.read.fastrow import FullView, RowView, read_row
-from distprompt.read.shards import iter_rows, open_shard, split_shard
+from distprompt.read.fastrow import RowView, read_row
+from distprompt.read.shards import iter_rows, lines_at, open_shard, split_shard
 from distprompt.read.tally import Tally, rebase_where
-from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES, parse_row
+from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES
 from distprompt.records import Candidate, Row, Shard, SourceStats, feature_window
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "Partial",
     "load_candidates",
     "prompt_key",
+    "sampled_prompts",
     "scan",
 ]
 
@@ -41,6 +42,10 @@ _TWO64 = float(2**64)
 
 
 _LE_I8 = np.dtype("<i8")
+
+#: Prompts per source the pass holds with their ids by default: the round-trip sample of the
+#: tokenizer checks (:data:`distprompt.recover.checks.ROUND_TRIP_SAMPLE`).
+SAMPLE = 64
 
 
 @functools.lru_cache(maxsize=8)
@@ -67,15 +72,23 @@ class BottomK:
 
     ``saturated`` records whether some unique key was ever left out, which makes the distinct
     count an estimate (k-minimum-values) rather than exact.
+
+    With ``sample``, :attr:`sample` is a second, smaller bottom-k (of ``min(sample, k)``
+    entries) whose entries hold their prompt ids: the first entries of :meth:`candidates`, with
+    the same keys, provenance and counts (a key among the smallest of the union was among the
+    smallest of every part, so it was never left out of one), kept by the pass for the
+    round-trip check (:func:`sampled_prompts`) so that no row is read back for it. It merges and
+    rebases with the pool.
     """
 
-    __slots__ = ("_entries", "_heap", "k", "saturated")
+    __slots__ = ("_entries", "_heap", "k", "sample", "saturated")
 
-    def __init__(self, k: int) -> None:
+    def __init__(self, k: int, *, sample: int = 0) -> None:
         self.k = k
         self._entries: dict[int, Candidate] = {}
         self._heap: list[int] = []  # negated keys: the root is the largest kept key
         self.saturated = False
+        self.sample: BottomK | None = BottomK(min(sample, k)) if sample > 0 else None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -111,6 +124,10 @@ class BottomK:
         for cand in other._entries.values():
             self.add(cand)
         self.saturated = self.saturated or other.saturated
+        if other.sample is not None:
+            if self.sample is None:
+                self.sample = BottomK(other.sample.k)
+            self.sample.merge(other.sample)
         return self
 
     def rebase(self, shard: str, base: int) -> None:
@@ -119,6 +136,8 @@ class BottomK:
             p = c.provenance
             if p.shard == shard:
                 self._entries[key] = replace(c, provenance=replace(p, line=p.line + base))
+        if self.sample is not None:
+            self.sample.rebase(shard, base)
 
     def candidates(self) -> list[Candidate]:
         """Kept entries sorted by key (a deterministic, order-free order)."""
@@ -143,6 +162,7 @@ class Partial:
     tally: Tally = field(default_factory=Tally)
     shard_rows: dict[str, int] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)  # shard -> why its task kept failing
+    sample: int = 0  # prompts held per source for the round-trip check (BottomK's ``sample``)
 
     def merge(self, other: Partial) -> Partial:
         for src, st in other.stats.items():
@@ -213,6 +233,7 @@ def scan_unit(
     on_row: Callable[[int], None] | None = None,
     check: Callable[[Any], Iterable[str]] | None = None,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+    sample: int = SAMPLE,
 ) -> UnitResult:
     """Read one :class:`Unit`: a whole shard, or a byte range of a large one.
 
@@ -233,6 +254,8 @@ def scan_unit(
             ``anomalies`` with the first ``shard:line``, and per source in ``flags``). Must be
             picklable when ``workers > 1``.
         max_line_bytes: Longer lines are bad rows (``line_too_long``), never held in memory.
+        sample: Prompts held per source (the pool's first ``sample`` candidates, with their
+            prompt ids; see :class:`BottomK`), for the tokenizer checks' round trip.
 
     Blank lines are counted in ``anomalies`` (``blank_line``); when skipping, a truncated or
     corrupt compressed stream ends the shard and is counted as ``corrupt_stream``.
@@ -244,11 +267,12 @@ def scan_unit(
             compressed stream is truncated or corrupt.
     """
     shard = unit.shard
-    part = Partial(k=max_candidates, tally=Tally(on_error=on_error))
+    part = Partial(k=max_candidates, tally=Tally(on_error=on_error), sample=sample)
     n = 0
     limit = vocab_size if vocab_size is not None else getattr(check, "vocab_size", None)
     # Candidates are read back when selected: by offset from a plain shard, in one pass over
-    # a compressed stream (which cannot be seeked); the pool holds windows and lengths only.
+    # a compressed stream (which cannot be seeked); the pool holds windows and lengths only,
+    # and the prompt ids of its first ``sample`` candidates.
     hold = False
     lines = [0]
     for row in iter_rows(
@@ -292,7 +316,7 @@ def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> No
     st = part.stats.get(row.source)
     if st is None:
         st = part.stats[row.source] = SourceStats()
-        part.pools[row.source] = BottomK(part.k)
+        part.pools[row.source] = BottomK(part.k, sample=part.sample)
     st.rows += 1
     st.prompt_tokens += row.n_prompt_tokens
     st.response_tokens += row.n_response_tokens
@@ -310,22 +334,64 @@ def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> No
         return
     start, end = row.first_response_span()
     window = _compact(feature_window(prompt))
-    pool.add(
-        Candidate(
-            key=key,
-            source=row.source,
-            prompt_ids=(window if window.shape[0] == prompt.shape[0] else _compact(prompt))
-            if hold
-            else None,
-            prompt_mask=row.prompt_mask() if hold else None,
-            response_ids=_compact(row.ids(start, end)) if hold else None,
-            n_response_tokens=row.n_response_tokens,
-            provenance=row.provenance,
-            window=window,
-            n_prompt=row.n_prompt_tokens,
-            n_first_response=end - start,
-        )
+    whole = window.shape[0] == prompt.shape[0]
+    cand = Candidate(
+        key=key,
+        source=row.source,
+        prompt_ids=(window if whole else _compact(prompt)) if hold else None,
+        prompt_mask=row.prompt_mask() if hold else None,
+        response_ids=_compact(row.ids(start, end)) if hold else None,
+        n_response_tokens=row.n_response_tokens,
+        provenance=row.provenance,
+        window=window,
+        n_prompt=row.n_prompt_tokens,
+        n_first_response=end - start,
     )
+    pool.add(cand)
+    sample = pool.sample
+    if sample is not None and sample.offer_key(key):
+        # the prompt ids are copied only for the few rows that enter the sample
+        if cand.prompt_ids is None:
+            cand = replace(cand, prompt_ids=window if whole else _compact(prompt))
+        sample.add(cand)
+
+
+def sampled_prompts(
+    pool: BottomK,
+    n: int,
+    shards: Sequence[Shard],
+    *,
+    seed: int = 0,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+) -> tuple[list[Candidate], int]:
+    """The first ``n`` candidates of ``pool`` with their prompt ids, and how many of them had
+    to be read back.
+
+    The ids of a candidate come from the pool's sample (held by the pass) when the sample holds
+    its key with the same provenance — the row they would be read back from. The others (``n``
+    larger than the sample, or a pool merged from partials without one) are read back from
+    ``shards`` with :func:`load_candidates`, which refuses a shard that changed.
+
+    Raises:
+        InputError: As :func:`load_candidates`, for the candidates read back.
+    """
+    cands = pool.candidates()[:n]
+    held = pool.sample._entries if pool.sample is not None else {}
+    out = list(cands)
+    missing: list[int] = []
+    for i, c in enumerate(cands):
+        h = held.get(c.key)
+        if h is not None and h.prompt_ids is not None and h.provenance == c.provenance:
+            out[i] = replace(c, prompt_ids=h.prompt_ids)
+        else:
+            missing.append(i)
+    if missing:
+        got = load_candidates(
+            [cands[i] for i in missing], shards, seed=seed, max_line_bytes=max_line_bytes
+        )
+        for i, c in zip(missing, got, strict=True):
+            out[i] = c
+    return out, len(missing)
 
 
 def load_candidates(
@@ -353,14 +419,17 @@ def load_candidates(
     for name, idx in todo.items():
         shard = by_name[name]
         order = sorted(idx, key=lambda j: out[j].provenance.offset)
-        at = _lines_at(shard, [out[i].provenance.offset for i in order], max_line_bytes)
+        at = lines_at(
+            shard, [out[i].provenance.offset for i in order], max_line_bytes=max_line_bytes
+        )
         for i, raw in zip(order, at, strict=True):
             c = out[i]
             p = c.provenance
             row = None
             if raw is not None:
                 try:
-                    row = FullView(parse_row(raw, shard=name, line=p.line, offset=p.offset))
+                    # the pass's reader: the whole row validated, only what is kept parsed
+                    row = read_row(raw, shard=name, line=p.line, offset=p.offset)
                 except DataError:
                     row = None
             if row is None or prompt_key(row.prompt_ids, seed=seed) != c.key:
@@ -376,29 +445,6 @@ def load_candidates(
                 response_ids=_compact(row.ids(start, end)),
             )
     return out
-
-
-def _lines_at(shard: Shard, offsets: Sequence[int], max_line_bytes: int) -> list[bytes | None]:
-    """The lines starting at ``offsets`` (ascending; None where no line starts): by seeking in
-    a plain shard, in one pass up to the last of them in a compressed one."""
-    from distprompt.read.shards import iter_lines
-
-    out: list[bytes | None] = []
-    if shard.name.endswith(".jsonl"):
-        for off in offsets:
-            # the generator (and its file) is closed as soon as it is dropped
-            first = next(iter_lines(shard, max_line_bytes=max_line_bytes, start=off), None)
-            out.append(None if first is None else first[2])
-        return out
-    found: dict[int, bytes | None] = {}
-    want = set(offsets)
-    last = max(offsets, default=-1)
-    for _, off, raw in iter_lines(shard, max_line_bytes=max_line_bytes):
-        if off in want:
-            found[off] = raw
-        if off >= last:
-            break
-    return [found.get(off) for off in offsets]
 
 
 def _flag(part: Partial, row: Row | RowView, reason: str) -> None:
@@ -454,6 +500,7 @@ def scan(
     on_started: Callable[[], None] | None = None,
     engine: str = "local",
     ray_address: str | None = None,
+    sample: int = SAMPLE,
 ) -> Partial:
     """One pass over all shards, in parallel processes when ``workers > 1``, or as Ray tasks
     with ``engine="ray"`` (see :mod:`distprompt.read.engine`; ``workers`` is then unused).
@@ -477,6 +524,7 @@ def scan(
         on_started: Called once the work is handed out (after the worker processes started).
         engine: ``local`` or ``ray``.
         ray_address: The Ray cluster (see :func:`distprompt.read.engine.connect_ray`).
+        sample: Prompts held per source for the round-trip check (see :func:`scan_unit`).
     """
     from tqdm import tqdm  # plain text bar: the CLI is its only user (tqdm.auto warns in notebooks)
 
@@ -488,6 +536,7 @@ def scan(
         "tokenizer_name": tokenizer_name,
         "check": check,
         "max_line_bytes": max_line_bytes,
+        "sample": sample,
     }
     if unit_bytes is None and engine == "ray":
         from distprompt.read.engine import ray_unit_bytes
@@ -497,7 +546,7 @@ def scan(
         unit_bytes = UNIT_BYTES
     work = units(shards, unit_bytes=unit_bytes)
     use_processes = (workers > 1 or bool(processes)) and (len(work) > 1 or bool(processes))
-    total = Partial(k=max_candidates)
+    total = Partial(k=max_candidates, sample=sample)
     bar = tqdm(
         total=sum(s.size for s in shards),
         unit="B",

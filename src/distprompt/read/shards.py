@@ -33,6 +33,7 @@ Broken input is reported, never passed over in silence (see :mod:`distprompt.err
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import glob as globlib
 import gzip
@@ -40,7 +41,7 @@ import logging
 import os
 import re
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -58,6 +59,7 @@ __all__ = [
     "find_shards",
     "iter_lines",
     "iter_rows",
+    "lines_at",
     "open_shard",
     "split_shard",
 ]
@@ -529,6 +531,159 @@ def iter_lines(
             if err is exc:
                 raise
             raise err from exc
+
+
+#: Decompressed bytes per block of a compressed read-back, and compressed bytes fed per call.
+_BLOCK = 4 << 20
+_FEED = 1 << 20
+
+
+def lines_at(
+    shard: Shard, offsets: Sequence[int], *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+) -> list[bytes | None]:
+    """The lines starting at ``offsets``, as :func:`iter_lines` yields them (BOM and line
+    ending stripped; None for a line longer than ``max_line_bytes`` or where no line starts).
+
+    A plain shard is seeked to each offset. A compressed one is decompressed once, up to the
+    last of them, in large blocks from which only the lines wanted are cut (no iteration over
+    the other lines: a long shard of long rows decompresses at zlib's speed). Should that read
+    fail (a truncated or corrupt stream, an unreadable file), the shard is read line by line
+    as :func:`iter_lines` reads it, up to the last line wanted: the lines before the damage
+    come out as they would from it, and so does its error, with the ``shard:line`` where
+    reading stopped (logged at debug level when it happens).
+
+    Raises:
+        InputError: The shard cannot be read; :class:`CorruptStreamError` when a compressed
+            stream is truncated or corrupt before the last line wanted ends.
+    """
+    if shard.name.endswith(".jsonl"):
+        out: list[bytes | None] = []
+        for off in offsets:
+            # the generator (and its file) is closed as soon as it is dropped
+            first = next(iter_lines(shard, max_line_bytes=max_line_bytes, start=off), None)
+            out.append(None if first is None else first[2])
+        return out
+    want = sorted(set(offsets))
+    if not want:
+        return []
+    try:
+        with contextlib.closing(_blocks(shard)) as blocks:  # the file closes once all are cut
+            found = _cut_lines(blocks, want, max_line_bytes)
+    except Exception as exc:  # whatever it is, the line-by-line read says it as iter_lines does
+        logger.debug("%s: read back line by line (%s: %s)", shard.name, type(exc).__name__, exc)
+        found = _lines_by_line(shard, want, max_line_bytes)
+    return [found.get(off) for off in offsets]
+
+
+def _lines_by_line(shard: Shard, want: Sequence[int], limit: int) -> dict[int, bytes | None]:
+    found: dict[int, bytes | None] = {}
+    wanted = set(want)
+    last = want[-1] if want else -1
+    for _, off, raw in iter_lines(shard, max_line_bytes=limit):
+        if off in wanted:
+            found[off] = raw
+        if off >= last:
+            break
+    return found
+
+
+def _blocks(shard: Shard) -> Generator[bytes, None, None]:
+    """The decompressed bytes of a compressed shard in blocks of up to :data:`_BLOCK` bytes;
+    raises at the end of a stream that is cut (only when a block past the end is asked for)."""
+    if shard.url is None and shard.name.endswith(".gz"):
+        with open(shard.path, "rb") as fh:
+            yield from _gunzip(fh)
+        return
+    with open_shard(shard.url or shard.path) as fh:
+        while True:
+            block = fh.read(_BLOCK)
+            if not block:
+                check_whole(fh)
+                return
+            yield block
+
+
+def _gunzip(fh: IO[bytes]) -> Generator[bytes, None, None]:
+    """The members of a gzip file, decompressed with zlib (as :mod:`gzip` reads them: one
+    after another, zero bytes between or after them passed over)."""
+    d = zlib.decompressobj(wbits=31)
+    data = b""
+    while True:
+        if not data:
+            data = fh.read(_FEED)
+            if not data:
+                if not d.eof:
+                    raise EOFError("the gzip stream ended before its end-of-stream marker")
+                return
+        block = d.decompress(data, _BLOCK)
+        data = d.unconsumed_tail
+        if block:
+            yield block
+        if d.eof:
+            data = d.unused_data
+            while True:  # the next member, after any zero padding
+                data = data.lstrip(b"\x00")
+                if data:
+                    break
+                data = fh.read(_FEED)
+                if not data:
+                    return
+            d = zlib.decompressobj(wbits=31)
+
+
+def _cut_lines(blocks: Iterator[bytes], want: Sequence[int], limit: int) -> dict[int, bytes | None]:
+    """The lines starting at the ascending offsets ``want`` of the stream cut into ``blocks``
+    (None where no line starts or for a line longer than ``limit``, newline excluded)."""
+    found: dict[int, bytes | None] = {}
+    t = 0  # the next offset wanted
+    pos = 0  # stream offset of the block's first byte
+    before = 10  # the byte before the block ("\n" at the start: a line starts at 0)
+    parts: list[bytes] | None = None  # the line being cut out, None when too long
+    at = -1  # its offset, -1 when none is being cut out
+    size = 0  # its bytes so far
+    for block in blocks:
+        i = 0
+        n = len(block)
+        while True:
+            if at >= 0:
+                j = block.find(b"\n", i)
+                piece = block[i:] if j < 0 else block[i : j + 1]
+                size += len(piece)
+                if parts is not None:
+                    if size - (j >= 0) > limit:
+                        parts = None
+                    else:
+                        parts.append(piece)
+                if j < 0:
+                    break
+                found[at] = _line(parts)
+                at = -1
+                i = j + 1
+            if t == len(want):
+                return found
+            off = want[t]
+            if off >= pos + n:
+                break
+            k = off - pos
+            t += 1
+            if k < i or (block[k - 1] if k else before) != 10:
+                found[off] = None  # not a line start
+                continue
+            at, i, parts, size = off, k, [], 0
+        pos += n
+        before = block[-1] if n else before
+    if at >= 0:  # the last line, without a newline
+        found[at] = _line(parts)
+    return found
+
+
+def _line(parts: list[bytes] | None) -> bytes | None:
+    if parts is None:
+        return None
+    line = b"".join(parts)
+    if line.startswith(_BOM):
+        line = line[3:]
+    return line.rstrip(b"\r\n")
 
 
 def _read_error(shard: Shard, line: int, exc: Exception) -> Exception:

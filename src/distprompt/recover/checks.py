@@ -26,6 +26,7 @@ the message both commands raise.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,8 @@ __all__ = [
     "prepare_checks",
     "run_checks",
 ]
+
+logger = logging.getLogger("distprompt.recover.checks")
 
 #: The marker check fails when more than this share of the valid rows lack the markers.
 MISMATCH_SHARE = 0.01
@@ -463,24 +466,29 @@ def run_checks(
     """Judge the tokenizer on a finished pass (``part``, scanned with ``checks``).
 
     The round trip decodes and re-encodes the first ``round_trip_sample`` candidates of each
-    source's pool (a uniform sample of its unique prompts, kept by the pass anyway; their ids
-    are read back from ``shards`` by offset), so no second pass over the corpus is needed.
+    source's pool (a uniform sample of its unique prompts, kept by the pass anyway), so no
+    second pass over the corpus is needed. Their ids are those the pass held (the pool's
+    sample, :func:`~distprompt.read.scan.sampled_prompts`); the ids of any it did not hold are
+    read back from ``shards`` by offset (counted in the debug log).
 
     Returns:
         The :class:`TokenizerFigures` and the round trips per source
         (``(ok, sampled, first failing shard:line)``).
     """
     total_rows = sum(st.rows for st in part.stats.values())
-    from distprompt.read.scan import load_candidates
+    from distprompt.read.scan import sampled_prompts
 
-    round_trips = {
-        src: count_round_trips(
-            tok,
-            load_candidates(part.pools[src].candidates()[:round_trip_sample], shards, seed=seed),
-            checks.vocab_size,
-        )
-        for src in sorted(part.stats)
-    }
+    round_trips: dict[str, tuple[int, int, str | None]] = {}
+    for src in sorted(part.stats):
+        cands, read_back = sampled_prompts(part.pools[src], round_trip_sample, shards, seed=seed)
+        if read_back:
+            logger.debug(
+                "round trip of %s: %d of %d sampled prompts read back (not held by the pass)",
+                src,
+                read_back,
+                len(cands),
+            )
+        round_trips[src] = count_round_trips(tok, cands, checks.vocab_size)
     figures = TokenizerFigures(
         name=name,
         vocab_size=checks.vocab_size,
