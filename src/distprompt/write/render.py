@@ -333,9 +333,20 @@ def _cluster_plot(report: Report) -> bytes:
     rows, cols = _grid(len(names))
     height = 3.0 * rows
     fig = _figure(figsize=(3.3 * cols, height))
-    axes = fig.subplots(rows, cols, squeeze=False)
+    w = 3.3 * cols
+    spec = fig.add_gridspec(
+        rows,
+        cols,
+        left=0.1 / w,
+        right=1 - 0.1 / w,
+        top=1 - 0.55 / height,
+        bottom=0.1 / height,
+        hspace=0.25 * 3.0 / 2.6,
+        wspace=0.06,
+    )
     cmap = colormaps["tab20"]
-    for ax, name in zip(axes.flat, names, strict=False):
+    for i, name in enumerate(names):  # only the panels drawn: no empty axes to make
+        ax = fig.add_subplot(spec[i])
         p = report.projection[name]
         x, y = np.asarray(p["x"]), np.asarray(p["y"])
         lab = np.asarray(p["cluster"], dtype=int)
@@ -348,15 +359,12 @@ def _cluster_plot(report: Report) -> bytes:
         ax.set_title(f"{name} ({int(sel.sum())} items)", fontsize=9, y=1.0, pad=4)
         ax.set_xticks([])
         ax.set_yticks([])
-    for ax in list(axes.flat)[len(names) :]:
-        fig.delaxes(ax)
     fig.suptitle(
         "Candidates by suite cluster (2-D projection; stars = suite items)",
         fontsize=11,
         y=1 - 0.08 / height,
         va="top",
     )
-    _margins(fig, left=0.1, right=0.1, top=0.55, bottom=0.1, hspace=0.25 * 3.0 / 2.6, wspace=0.06)
     return _png(fig)
 
 
