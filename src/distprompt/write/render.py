@@ -8,6 +8,7 @@ HTML page inlines them as base64 and needs no other file.
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import io
 import math
@@ -186,16 +187,22 @@ def _locator(n: int, *, log: bool = False) -> Any:
     outside)."""
     from matplotlib.ticker import LogLocator, MaxNLocator
 
-    base = LogLocator(numticks=n) if log else MaxNLocator(nbins=n, steps=[1, 2, 2.5, 5, 10])
+    if log:
+        return _inside(LogLocator)(numticks=n)
+    return _inside(MaxNLocator)(nbins=n, steps=[1, 2, 2.5, 5, 10])
 
-    class _Inside(type(base)):  # type: ignore[misc]
+
+@functools.cache
+def _inside(locator: type) -> type:
+    """``locator``'s class giving only the locations inside the axis's view."""
+
+    class Inside(locator):
         def __call__(self) -> Any:
             lo, hi = sorted(self.axis.get_view_interval())
             eps = 1e-9 * max(abs(lo), abs(hi), 1e-300)
             return [v for v in super().__call__() if lo - eps <= v <= hi + eps]
 
-    base.__class__ = _Inside
-    return base
+    return Inside
 
 
 def _tokens(v: float, _pos: Any = None) -> str:
