@@ -161,11 +161,11 @@ def _plot(summary: dict[str, Any], path: Path) -> bool:
     rows = summary["by_source"]
     if not rows:
         return False
-    from distprompt.write.render import _png, _pyplot
+    from distprompt.write.render import _figure, _png
 
-    plt = _pyplot()
     sources = sorted({r["source"] for r in rows})
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    fig = _figure(figsize=(11, 4))
+    ax1, ax2 = fig.subplots(1, 2)
     levels = sorted({r["concurrency"] for r in rows})
     width = 0.8 / max(1, len(levels))
     for j, c in enumerate(levels):
