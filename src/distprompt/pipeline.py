@@ -142,7 +142,7 @@ def build_suite(
     # checks meanwhile and decodes each source once selected: in forked worker processes with
     # several workers, in a thread with one (a forked worker would copy ~100 MB of the pages it
     # shares with this process, measured on the benchmark corpus). Either way the plots are
-    # drawn in a fresh process while the last items are decoded and the other files written.
+    # drawn in two fresh processes while the last items are decoded and the other files written.
     big = _is_large(shards)
     early = _early_quotas(part, config) if big else None
     parallel = early is not None
@@ -197,7 +197,7 @@ def build_suite(
 
             def start_plots() -> None:
                 # The last selections are under way (the smallest pools: selection's memory is
-                # past its peak): the plot process starts and imports meanwhile.
+                # past its peak): the plot processes start and import meanwhile.
                 nonlocal plots
                 if big and plots is None:
                     trim_heap()  # what selection freed, before other processes start
