@@ -475,7 +475,9 @@ def _run_pass(
             on_started=on_started,
             engine=config.engine,
             ray_address=config.ray_address,
-            sample=round_trip_sample,
+            # The round trip's prompts, held only when there is a tokenizer to check: each unit
+            # of a split shard carries its own sample to the merge.
+            sample=round_trip_sample if checks is not None else 0,
         )
 
     say = warn if warn is not None else (lambda msg: logger.warning("%s", msg))
