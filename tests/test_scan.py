@@ -254,3 +254,120 @@ def test_a_held_prompt_of_another_row_is_not_used() -> None:
     pool.sample.add(replace(candidate(5, shard="s.jsonl", line=9), prompt_ids=np.array([42])))
     [got], read_back = sampled_prompts(pool, 10, [])
     assert read_back == 1 and got.prompt_ids.tolist() == [5] and got.provenance.line == 3
+
+
+def _everything(part: Partial) -> tuple[Any, ...]:
+    """All a partial holds, dict and counter orders included."""
+
+    def order(d: Any) -> list[tuple[Any, Any]]:
+        return list(d.items())
+
+    stats = [
+        (s, st.rows, st.prompt_tokens, st.response_tokens)
+        + tuple(
+            order(c)
+            for c in (
+                st.prompt_lengths,
+                st.response_lengths,
+                st.seq_lengths,
+                st.trained_turns,
+                st.flags,
+            )
+        )
+        for s, st in part.stats.items()
+    ]
+    t = part.tally
+    tally = tuple(order(d) for d in (t.skipped, t.first_skip, t.anomalies, t.first_anomaly))
+    return (
+        stats,
+        list(_pools(part).items()),
+        {s: p.saturated for s, p in part.pools.items()},
+        tally,
+        order(part.shard_rows),
+        order(part.failed),
+    )
+
+
+def _unit(name: str, size: int, start: int = 0, end: int | None = None) -> Any:
+    from distprompt.read.scan import Unit
+    from distprompt.records import Shard
+
+    return Unit(Shard(Path(name), name, size), start, end)
+
+
+def test_units_run_smallest_shard_first_and_an_unsplit_large_unit_first_with_workers() -> None:
+    from distprompt.read.scan import _run_order
+
+    work = [
+        _unit("a.jsonl", 300, 0, 100),
+        _unit("a.jsonl", 300, 100, 200),
+        _unit("a.jsonl", 300, 200, None),
+        _unit("b.jsonl.gz", 900),  # compressed: one unit
+        _unit("c.jsonl", 40),
+        _unit("d.jsonl", 60),
+    ]
+    # One worker: by shard size, the units of a shard together and in their order.
+    assert _run_order(work, 1) == [4, 5, 0, 1, 2, 3]
+    # Several: a unit of more than 1/(2 * workers) of the bytes first, lest it end the pass
+    # alone; then the same order.
+    assert _run_order(work, 2) == [3, 4, 5, 0, 1, 2]
+    assert _run_order(work[:3] + work[4:], 2) == [3, 4, 0, 1, 2]  # no such unit
+
+
+def test_shards_merged_as_they_finish_give_the_same_partial(
+    tmp_path: Path, qwen_tokenizer: Any
+) -> None:
+    # The shards are read smallest first in worker processes and merged as they finish: the
+    # partial (its dict and counter orders included) is the one of the pass in shard order.
+    rows = chat_rows(qwen_tokenizer, "chat", 60)
+    code = chat_rows(qwen_tokenizer, "code", 30)
+    write_shard(tmp_path / "a.jsonl", rows[:50] + code[:20] + rows[:4])  # largest, first
+    write_shard(tmp_path / "b.jsonl", rows[45:] + code[18:])
+    write_shard(tmp_path / "c.jsonl.gz", code[:3] + rows[50:52])  # smallest, last
+    shards = discover_shards(tmp_path)
+    assert [s.name for s in shards] == ["a.jsonl", "b.jsonl", "c.jsonl.gz"]
+    assert shards[0].size > shards[1].size > shards[2].size
+    seen: list[int] = []
+
+    def on_shard(part: Partial) -> None:
+        seen.append(sum(st.rows for st in part.stats.values()))
+
+    plain = scan(shards, max_candidates=20, processes=False)
+    variants = {
+        "one worker process": scan(shards, max_candidates=20, processes=True, on_shard=on_shard),
+        "two workers": scan(shards, max_candidates=20, workers=2),
+        "byte ranges": scan(shards, max_candidates=20, workers=2, unit_bytes=2048),
+        "byte ranges, one process": scan(
+            shards, max_candidates=20, processes=True, unit_bytes=2048
+        ),
+    }
+    for name, part in variants.items():
+        assert _everything(part) == _everything(plain), name
+    # Once per shard as it is merged (the smallest are read first: a, the largest, is last).
+    assert [b - a for a, b in zip([0, *seen], seen, strict=False)][-1] == 74
+    assert sorted(b - a for a, b in zip([0, *seen], seen, strict=False)) == [5, 27, 74]
+    seen.clear()
+    scan(shards, max_candidates=20, processes=False, on_shard=on_shard)  # in shard order
+    assert seen == [74, 74 + 27, 74 + 27 + 5]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_first_error_in_shard_order_is_raised_though_a_later_shard_fails_first(
+    tmp_path: Path, qwen_tokenizer: Any, workers: int
+) -> None:
+    from distprompt.errors import DataError
+
+    rows = chat_rows(qwen_tokenizer, "chat", 80)
+    bad = {"input_ids": [1, 2], "source": "chat"}  # missing keys
+    write_shard(tmp_path / "a.jsonl", rows[:70] + [bad])  # large: read last
+    write_shard(tmp_path / "b.jsonl", rows[70:72] + [bad])  # small: read (and fails) first
+    shards = discover_shards(tmp_path)
+    with pytest.raises(DataError) as raised:
+        scan(shards, max_candidates=20, workers=workers, processes=True)
+    assert (raised.value.shard, raised.value.line) == ("a.jsonl", 71)
+    with pytest.raises(DataError) as ranges:
+        scan(shards, max_candidates=20, workers=workers, processes=True, unit_bytes=4096)
+    assert (ranges.value.shard, ranges.value.line) == ("a.jsonl", 71)
+    skipped = scan(shards, max_candidates=20, workers=workers, processes=True, on_error="skip")
+    assert skipped.tally.first_skip == {"missing_loss_mask": "a.jsonl:71"}
+    assert sum(skipped.tally.skipped.values()) == 2

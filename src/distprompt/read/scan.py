@@ -14,6 +14,7 @@ import functools
 import hashlib
 import heapq
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -501,6 +502,7 @@ def scan(
     engine: str = "local",
     ray_address: str | None = None,
     sample: int = SAMPLE,
+    on_shard: Callable[[Partial], None] | None = None,
 ) -> Partial:
     """One pass over all shards, in parallel processes when ``workers > 1``, or as Ray tasks
     with ``engine="ray"`` (see :mod:`distprompt.read.engine`; ``workers`` is then unused).
@@ -511,7 +513,8 @@ def scan(
     order adds the lines of the units before, so provenance and ``shard:line`` are exact.
 
     The first error in shard order is raised (or, skipping, every bad row is counted); the
-    merged result is the same for any worker count, unit size and engine. On an error or an
+    merged result is the same for any worker count, unit size, engine and order of completion
+    (its dicts and counters are put in key order at the end). On an error or an
     interruption the worker processes (or Ray tasks) are stopped at once rather than left to
     finish. A unit whose Ray task keeps failing raises :class:`InputError` naming it, or, when
     skipping, is left out and recorded in ``failed``.
@@ -525,6 +528,13 @@ def scan(
         engine: ``local`` or ``ray``.
         ray_address: The Ray cluster (see :func:`distprompt.read.engine.connect_ray`).
         sample: Prompts held per source for the round-trip check (see :func:`scan_unit`).
+        on_shard: Called (locally, not on Ray) with the merged partial so far each time every
+            unit of a shard is merged, in this thread; the partial is the one being merged
+            into, so what the call keeps of it must be copied. In worker processes the units
+            run smallest shard first (a source whose shards are all read can be worked on
+            while the largest are read), except that with several workers a unit of more than
+            ``1 / (2 * workers)`` of the bytes (a large compressed shard: it cannot be split)
+            starts first, lest it run alone at the end; shards are merged as they finish.
     """
     from tqdm import tqdm  # plain text bar: the CLI is its only user (tqdm.auto warns in notebooks)
 
@@ -569,6 +579,9 @@ def scan(
         base[name] = at + res.lines
         total.merge(res.partial)
 
+    shard_at = {s.name: i for i, s in enumerate(shards)}
+    last_unit = {u.shard.name: i for i, u in enumerate(work)}
+
     try:
         if engine == "ray":
             _scan_on_ray(
@@ -582,18 +595,20 @@ def scan(
                 on_started=on_started,
             )
         elif use_processes:
-            from distprompt.read.engine import process_map
-
-            with process_map(_scan_star, [(u, kwargs) for u in work], workers=workers) as results:
-                if on_started is not None:
-                    on_started()
-                for unit, got in zip(work, results, strict=True):
-                    bar.update((unit.end if unit.end is not None else unit.shard.size) - unit.start)
-                    merge(unit, got)
+            _scan_in_processes(
+                work,
+                kwargs,
+                total,
+                workers=workers,
+                shard_at=shard_at,
+                bar=bar,
+                on_started=on_started,
+                on_shard=on_shard,
+            )
         else:
             if on_started is not None:
                 on_started()
-            for unit in work:
+            for i, unit in enumerate(work):
                 done = [unit.start]
                 plain = unit.shard.name.endswith(".jsonl")
 
@@ -610,9 +625,135 @@ def scan(
                     res = exc
                 bar.update((unit.end if unit.end is not None else unit.shard.size) - done[0])
                 merge(unit, res)
+                if on_shard is not None and last_unit[unit.shard.name] == i:
+                    on_shard(total)  # the shard's last unit
     finally:
         bar.close()
+    _normalize(total, shard_at)
     return total
+
+
+def _run_order(work: Sequence[Unit], workers: int) -> list[int]:
+    """The order units are handed to worker processes (see :func:`scan`'s ``on_shard``).
+
+    The units of a shard stay together and in order, so that a shard is merged as soon as its
+    last unit is done.
+    """
+    total = sum(_unit_bytes(u) for u in work) or 1
+    first: dict[str, int] = {}
+    for i, u in enumerate(work):
+        first.setdefault(u.shard.name, i)
+
+    def key(i: int) -> tuple[int, int, int, int]:
+        u = work[i]
+        size = _unit_bytes(u)
+        if workers > 1 and size * 2 * workers > total:
+            return (0, -size, first[u.shard.name], i)
+        return (1, u.shard.size, first[u.shard.name], i)
+
+    return sorted(range(len(work)), key=key)
+
+
+def _scan_in_processes(
+    work: Sequence[Unit],
+    kwargs: dict[str, Any],
+    total: Partial,
+    *,
+    workers: int,
+    shard_at: dict[str, int],
+    bar: Any,
+    on_started: Callable[[], None] | None,
+    on_shard: Callable[[Partial], None] | None,
+) -> None:
+    """The units of ``work`` in ``workers`` local processes, merged into ``total``.
+
+    A shard's units are merged in their order (each one's lines are rebased on those before
+    it), and a shard into ``total`` once all its units are done. The first error in shard
+    order is raised once every shard before it is done without one.
+    """
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    from distprompt.read.engine import process_pool
+
+    of_shard: dict[str, list[int]] = {}
+    for i, u in enumerate(work):
+        of_shard.setdefault(u.shard.name, []).append(i)
+    arrived: dict[int, _UnitOutcome] = {}
+    parts: dict[str, Partial] = {}  # a shard's units merged so far
+    lines: dict[str, int] = {}  # the lines of those units
+    waiting = {name: list(ids) for name, ids in of_shard.items()}  # units not merged yet
+    errors: dict[int, Exception] = {}  # by shard index: its first error, rebased
+    unread = set(shard_at)  # shards not merged into total (nor failed)
+
+    def advance(name: str) -> None:
+        left = waiting[name]
+        while left and left[0] in arrived:
+            res = arrived.pop(left.pop(0))
+            at = lines.get(name, 0)
+            if shard_at[name] in errors:
+                continue  # the rest of a shard after its first error
+            if isinstance(res, Exception):
+                errors[shard_at[name]] = _rebase_error(res, name, at)
+                continue
+            if at:
+                res.partial.rebase(name, at)
+            lines[name] = at + res.lines
+            part = parts.get(name)
+            parts[name] = res.partial if part is None else part.merge(res.partial)
+        if left:
+            return
+        unread.discard(name)
+        part = parts.pop(name, None)
+        if part is not None and shard_at[name] not in errors:
+            total.merge(part)
+            if on_shard is not None:
+                on_shard(total)
+
+    def raise_first_error() -> None:
+        if errors:
+            first = min(errors)
+            if all(shard_at[name] >= first for name in unread):
+                raise errors[first]
+
+    with process_pool(workers) as ex:
+        futures = {ex.submit(_scan_star, (work[i], kwargs)): i for i in _run_order(work, workers)}
+        if on_started is not None:
+            on_started()
+        pending = set(futures)
+        while pending:
+            ready, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in sorted(ready, key=futures.__getitem__):
+                i = futures[fut]
+                arrived[i] = fut.result()
+                bar.update(_unit_bytes(work[i]))
+                advance(work[i].shard.name)
+                raise_first_error()
+
+
+def _normalize(part: Partial, shard_at: dict[str, int]) -> None:
+    """Put ``part``'s dicts and counters in key order (shards in their order), so that the
+    result does not depend on the order in which the shards were merged."""
+
+    def counter(c: Counter[Any]) -> Counter[Any]:
+        return Counter(dict(sorted(c.items())))
+
+    part.stats = {s: part.stats[s] for s in sorted(part.stats)}
+    part.pools = {s: part.pools[s] for s in sorted(part.pools)}
+    for st in part.stats.values():
+        st.prompt_lengths = counter(st.prompt_lengths)
+        st.response_lengths = counter(st.response_lengths)
+        st.seq_lengths = counter(st.seq_lengths)
+        st.trained_turns = counter(st.trained_turns)
+        st.flags = counter(st.flags)
+    t = part.tally
+    t.skipped, t.anomalies = counter(t.skipped), counter(t.anomalies)
+    t.first_skip = dict(sorted(t.first_skip.items()))
+    t.first_anomaly = dict(sorted(t.first_anomaly.items()))
+    far = len(shard_at)
+    part.shard_rows = dict(
+        sorted(part.shard_rows.items(), key=lambda kv: (shard_at.get(kv[0], far), kv[0]))
+    )
+    part.failed = dict(sorted(part.failed.items()))
 
 
 def _unit_name(unit: Unit) -> str:
