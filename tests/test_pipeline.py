@@ -178,16 +178,25 @@ def test_byte_identical_outputs(corpus: Path, qwen_dir: Path, tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("during_pass", [True, False])
 def test_selection_and_plots_in_worker_processes_write_the_same_files(
-    corpus: Path, qwen_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+    corpus: Path,
+    qwen_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    workers: int,
+    during_pass: bool,
 ) -> None:
-    # A large corpus with several workers selects its sources in worker processes, and any
-    # large corpus draws its plots in a fresh process; every file (suite, exports, report,
-    # PNGs, manifest) must be the bytes of the run in this process.
+    # A large corpus selects its sources whose shards are read in a thread during the pass,
+    # the others after it: with several workers in worker processes (unless one is left),
+    # and any large corpus draws its plots in a fresh process; every file (suite, exports,
+    # report, PNGs, manifest) must be the bytes of the run in this process.
     from distprompt import pipeline
 
     here = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3).save(tmp_path / "a")
     monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
+    if not during_pass:
+        monkeypatch.setattr(pipeline._EarlySelection, "on_shard", lambda self, part: None)
     pools: list[str] = []
     real_pool = pipeline._selection_pool
 
@@ -202,14 +211,52 @@ def test_selection_and_plots_in_worker_processes_write_the_same_files(
     assert one._plots is not None  # the plots in a fresh process
     suite = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3, workers=workers)
     assert suite._plots is not None
-    # One worker: selection in a thread beside the checks and the decoding; more: processes.
-    assert pools == ["ThreadPoolExecutor", "ProcessPoolExecutor"]
+    if during_pass:
+        # 2 of the 3 sources (the shard read last is the third's): the last one in the thread.
+        assert pools == ["ThreadPoolExecutor", "ThreadPoolExecutor"]
+    else:
+        # One worker: selection in a thread beside the checks and the decoding; more: processes.
+        assert pools == ["ThreadPoolExecutor", "ProcessPoolExecutor"]
     names = sorted(str(p.relative_to(here)) for p in here.rglob("*") if p.is_file())
     assert any(n.endswith(".png") for n in names)
     for there in (one.save(tmp_path / "c"), suite.save(tmp_path / "b")):
         assert names == sorted(str(p.relative_to(there)) for p in there.rglob("*") if p.is_file())
         for name in names:
             assert (here / name).read_bytes() == (there / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("case", ["more rows later", "another quota"])
+def test_a_source_selected_during_the_pass_is_used_only_if_nothing_changed(
+    tmp_path: Path,
+    qwen_dir: Path,
+    qwen_tokenizer,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    case: str,
+) -> None:
+    # A source is selected during the pass once a shard ends that added no row to it; it is
+    # selected again after the pass if a later shard added rows to it, or if its quota is not
+    # the final one (a total split by rows): the same files as a run without.
+    from distprompt import pipeline
+
+    a, b, c = (chat_rows(qwen_tokenizer, s, n) for s, n in (("a", 50), ("b", 15), ("c", 10)))
+    if case == "more rows later":  # a in the first shard and in the last
+        layout, kw = {"A1": a[:6], "A2": b, "A3": a[6:] + c}, {"per_source": 5}
+    else:  # b selected after A2 with a quota of 12 split over b and c, then a comes
+        layout, kw = {"A1": b[:6], "A2": c, "A3": a}, {"total": 12}
+    root = tmp_path / "prepared"
+    for name, rows in layout.items():
+        write_shard(root / name / "tokenized_data.jsonl", rows)
+    sizes = [(root / n / "tokenized_data.jsonl").stat().st_size for n in layout]
+    assert sizes == sorted(sizes)  # read in this order
+    here = build_suite(root, tokenizer=qwen_dir, seed=3, **kw).save(tmp_path / "here")
+    monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
+    with caplog.at_level("INFO", logger="distprompt.pipeline"):
+        suite = build_suite(root, tokenizer=qwen_dir, seed=3, workers=1, **kw)
+    assert "selected during the pass: 1 of 3 sources (1 submitted then, not used)" in caplog.text
+    there = suite.save(tmp_path / "there")
+    for name in ("suite.jsonl", "manifest.json", "report.json", "openai.jsonl"):
+        assert (here / name).read_bytes() == (there / name).read_bytes(), name
 
 
 def test_plots_are_drawn_from_a_report_made_before_the_items(

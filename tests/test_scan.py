@@ -263,16 +263,21 @@ def _everything(part: Partial) -> tuple[Any, ...]:
         return list(d.items())
 
     stats = [
-        (s, st.rows, st.prompt_tokens, st.response_tokens)
-        + tuple(
-            order(c)
-            for c in (
-                st.prompt_lengths,
-                st.response_lengths,
-                st.seq_lengths,
-                st.trained_turns,
-                st.flags,
-            )
+        (
+            s,
+            st.rows,
+            st.prompt_tokens,
+            st.response_tokens,
+            *(
+                order(c)
+                for c in (
+                    st.prompt_lengths,
+                    st.response_lengths,
+                    st.seq_lengths,
+                    st.trained_turns,
+                    st.flags,
+                )
+            ),
         )
         for s, st in part.stats.items()
     ]
@@ -359,8 +364,8 @@ def test_the_first_error_in_shard_order_is_raised_though_a_later_shard_fails_fir
 
     rows = chat_rows(qwen_tokenizer, "chat", 80)
     bad = {"input_ids": [1, 2], "source": "chat"}  # missing keys
-    write_shard(tmp_path / "a.jsonl", rows[:70] + [bad])  # large: read last
-    write_shard(tmp_path / "b.jsonl", rows[70:72] + [bad])  # small: read (and fails) first
+    write_shard(tmp_path / "a.jsonl", [*rows[:70], bad])  # large: read last
+    write_shard(tmp_path / "b.jsonl", [*rows[70:72], bad])  # small: read (and fails) first
     shards = discover_shards(tmp_path)
     with pytest.raises(DataError) as raised:
         scan(shards, max_candidates=20, workers=workers, processes=True)

@@ -123,31 +123,61 @@ def build_suite(
             warn(msg)
 
     started = time.perf_counter()
-    run = _run_pass(
-        data,
-        tokenizer,
-        config,
-        on_error=config.on_error,
-        progress=progress,
-        warn=_warn,
-        left_out="left out (--on-error skip)",
-        overlap=True,
-        need_tokenizer=True,
-        judge=False,
-    )
-    tok, tinfo, found, part = run.tok, run.tinfo, run.found, run.part
-    assert tinfo is not None  # need_tokenizer
-    shards = found.shards
-    # On a large corpus the sources are selected beside this thread, which runs the tokenizer
-    # checks meanwhile and decodes each source once selected: in forked worker processes with
-    # several workers, in a thread with one (a forked worker would copy ~100 MB of the pages it
-    # shares with this process, measured on the benchmark corpus). Either way the plots are
-    # drawn in two fresh processes while the last items are decoded and the other files written.
-    big = _is_large(shards)
-    early = _early_quotas(part, config) if big else None
-    parallel = early is not None
-    with _selection_pool(config.workers if parallel else 0) as pool:
-        submitted = _submit_selection(part, early, config, pool) if early and pool else None
+    stack = contextlib.ExitStack()
+    with stack:
+        # Sources whose shards are all read are selected in a thread while the pass's worker
+        # processes read the others (_EarlySelection).
+        early_sel = _EarlySelection(config, stack) if config.engine == "local" else None
+        run = _run_pass(
+            data,
+            tokenizer,
+            config,
+            on_error=config.on_error,
+            progress=progress,
+            warn=_warn,
+            left_out="left out (--on-error skip)",
+            overlap=True,
+            need_tokenizer=True,
+            judge=False,
+            early=early_sel,
+        )
+        tok, tinfo, found, part = run.tok, run.tinfo, run.found, run.part
+        assert tinfo is not None  # need_tokenizer
+        shards = found.shards
+        # On a large corpus the sources are selected beside this thread, which runs the
+        # tokenizer checks meanwhile and decodes each source once selected: in forked worker
+        # processes with several workers, in a thread with one (a forked worker would copy
+        # ~100 MB of the pages it shares with this process, measured on the benchmark corpus).
+        # Either way the plots are drawn in two fresh processes while the last items are
+        # decoded and the other files written.
+        big = _is_large(shards)
+        early = _early_quotas(part, config) if big else None
+        parallel = early is not None
+        pool: Executor | None = None
+        kept: dict[Future[Any], str] = {}
+        if early_sel is not None:
+            if parallel and early_sel.pool is not None:
+                kept = early_sel.take(part, early or {})
+                if config.workers == 1 or len(part.stats) - len(kept) <= 1:
+                    pool = early_sel.pool  # what is left, in the same thread
+                else:
+                    # Several sources left for several workers: processes, forked once the
+                    # thread is idle (what it has not started is selected there).
+                    kept = early_sel.settle(kept)
+            else:
+                early_sel.reset(wait=parallel)
+        if pool is None:
+            pool = stack.enter_context(_selection_pool(config.workers if parallel else 0))
+        submitted = None
+        if early is not None and pool is not None:
+            submitted = kept | _submit_selection(part, early, config, pool, list(kept.values()))
+            if early_sel is not None:
+                logger.info(
+                    "selected during the pass: %d of %d sources (%d submitted then, not used)",
+                    len(kept),
+                    len(part.stats),
+                    early_sel.redone,
+                )
         run = _judged(run, config)
         verdict = run.verdict
         assert verdict is not None  # need_tokenizer
@@ -423,6 +453,7 @@ def _run_pass(
     need_tokenizer: bool = False,
     round_trip_sample: int = ROUND_TRIP_SAMPLE,
     judge: bool = True,
+    early: _EarlySelection | None = None,
 ) -> _Pass:
     """Find the shards, run the one pass with the row checks, then the tokenizer checks.
 
@@ -432,7 +463,8 @@ def _run_pass(
     meanwhile (started once the pass's worker processes exist); after the pass the markers are
     learned again from it, and if anything differs the pass runs again with those, with a
     warning. Otherwise the tokenizer is loaded first. With ``overlap``, on a large corpus the
-    pass runs in a worker process while this one imports what selection and the report need.
+    pass runs in a worker process while this one imports what selection and the report need,
+    and ``early`` (with one worker) selects the sources whose shards are all read meanwhile.
     """
     tok = tinfo = checks = loading = None
     name = ""
@@ -461,6 +493,8 @@ def _run_pass(
             loading.start()
 
     def one_pass(checks: Checks | None, on_started: Callable[[], None] | None) -> Partial:
+        if early is not None:
+            early.reset()  # what the pass before submitted (and no thread at work during a fork)
         return scan(
             shards,
             max_candidates=config.max_candidates,
@@ -478,6 +512,7 @@ def _run_pass(
             # The round trip's prompts, held only when there is a tokenizer to check: each unit
             # of a split shard carries its own sample to the merge.
             sample=round_trip_sample if checks is not None else 0,
+            on_shard=early.on_shard if early is not None and big else None,
         )
 
     say = warn if warn is not None else (lambda msg: logger.warning("%s", msg))
@@ -718,6 +753,101 @@ def _select_job(
         return _select_source(_SELECTING[source] if cands is None else cands, quota, config, stats)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _EarlyJob:
+    future: Future[Any]
+    stats: SourceStats  # the source's, when it was submitted (a copy)
+    quota: Quota
+
+
+class _EarlySelection:
+    """Sources selected during a one-worker pass, in the selection thread (the other core is
+    idle while the pass's worker process reads the largest shards, which it reads last).
+
+    At the end of each shard (:func:`~distprompt.read.scan.scan`'s ``on_shard``), each source
+    the shard added no row to is submitted, with what the pass knows of it so far: its pool,
+    its figures and the quota they give (in the users' layout a source's rows are in a folder
+    of their own, so it is likely all read). After the pass, :meth:`take` keeps the results
+    whose source's figures and quota are the final ones: equal figures mean no row of the
+    source came later, so its pool is the final one too, and the selection is the same as it
+    would be after the pass. The others are selected again then (counted in :attr:`redone`).
+    """
+
+    def __init__(self, config: Config, stack: contextlib.ExitStack) -> None:
+        self._config = config
+        self._stack = stack
+        self.pool: Executor | None = None
+        self._rows: dict[str, int] = {}
+        self._jobs: dict[str, _EarlyJob] = {}
+        self.redone = 0
+
+    def on_shard(self, part: Partial) -> None:
+        """Submit the sources the shard just merged into ``part`` left unchanged."""
+        import copy
+
+        rows = {s: st.rows for s, st in part.stats.items()}
+        ready = [
+            s
+            for s, n in rows.items()
+            if self._rows.get(s) == n and (s not in self._jobs or self._jobs[s].stats.rows != n)
+        ]
+        self._rows = rows
+        if not ready:
+            return
+        try:
+            quotas = _quotas(part, self._config)
+        except ConfigError:
+            return  # raised after the pass, as without
+        if self.pool is None:
+            self.pool = self._stack.enter_context(_selection_pool(1))
+        pool = self.pool
+        assert pool is not None
+        for s in sorted(ready, key=lambda s: (-len(part.pools[s]), s)):
+            if s in self._jobs:
+                self._jobs[s].future.cancel()  # more rows since: its result would not be used
+            stats = copy.deepcopy(part.stats[s])
+            fut = pool.submit(
+                _select_job, s, quotas[s], self._config, stats, part.pools[s].candidates()
+            )
+            self._jobs[s] = _EarlyJob(fut, stats, quotas[s])
+
+    def reset(self, *, wait: bool = True) -> None:
+        """Forget every submission; with ``wait``, wait for the one under way (before a
+        fork)."""
+        for job in self._jobs.values():
+            job.future.cancel()
+        for job in self._jobs.values() if wait else ():
+            if not job.future.cancelled():
+                with contextlib.suppress(Exception):
+                    job.future.result()
+        self._jobs.clear()
+        self._rows.clear()
+
+    def settle(self, kept: dict[Future[Any], str]) -> dict[Future[Any], str]:
+        """Those of ``kept`` that are done; the others are cancelled, and the one under way
+        waited for (the thread is then idle: this process can fork)."""
+        for fut in kept:
+            fut.cancel()
+        for fut in kept:
+            if not fut.cancelled():
+                with contextlib.suppress(Exception):
+                    fut.result()
+        return {f: s for f, s in kept.items() if f.done() and not f.cancelled()}
+
+    def take(self, part: Partial, quotas: dict[str, Quota]) -> dict[Future[Any], str]:
+        """The submissions still right for the finished pass ``part``; the others are dropped
+        (:attr:`redone` counts them)."""
+        kept: dict[Future[Any], str] = {}
+        for s, job in sorted(self._jobs.items()):
+            if s in quotas and job.quota == quotas[s] and job.stats == part.stats.get(s):
+                kept[job.future] = s
+            else:
+                job.future.cancel()  # one under way ends first (a thread cannot be stopped)
+                self.redone += 1
+        self._jobs.clear()
+        return kept
+
+
 @contextlib.contextmanager
 def _selection_pool(workers: int) -> Iterator[Executor | None]:
     """Where the sources are selected while this thread runs the tokenizer checks and decodes
@@ -771,10 +901,14 @@ def _forked_pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
 
 
 def _submit_selection(
-    part: Partial, quotas: dict[str, Quota], config: Config, pool: Executor
+    part: Partial,
+    quotas: dict[str, Quota],
+    config: Config,
+    pool: Executor,
+    done: Sequence[str] = (),
 ) -> dict[Future[Any], str]:
-    """Every source's selection, submitted to ``pool`` (:func:`_selection_pool`), the largest
-    pools first.
+    """Every source's selection but those ``done`` (submitted during the pass), submitted to
+    ``pool`` (:func:`_selection_pool`), the largest pools first.
 
     Forked workers find the pools in :data:`_SELECTING` (the workers of a fork pool are all
     forked at the first submit); :func:`_select_and_decode` empties it once they are done. A
@@ -783,7 +917,8 @@ def _submit_selection(
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    largest_first = sorted(part.stats, key=lambda s: (-len(part.pools[s]), s))
+    left = [s for s in part.stats if s not in done]
+    largest_first = sorted(left, key=lambda s: (-len(part.pools[s]), s))
     forked = multiprocessing.get_start_method() == "fork" and isinstance(pool, ProcessPoolExecutor)
     if forked:
         _SELECTING.update({s: part.pools[s].candidates() for s in largest_first})
