@@ -750,7 +750,15 @@ def _select_job(
     """:func:`_select_source` in a worker process (on one BLAS thread, as here); a forked
     worker finds the pool in :data:`_SELECTING` (copying it costs a second and tens of MB)."""
     with _one_thread():
-        return _select_source(_SELECTING[source] if cands is None else cands, quota, config, stats)
+        try:
+            return _select_source(
+                _SELECTING[source] if cands is None else cands, quota, config, stats
+            )
+        finally:
+            # What its matrices took, given back before the next source (during the pass,
+            # beside the pass's worker process: measured on the benchmark corpus, the peak of
+            # the process tree's PSS then).
+            trim_heap()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
