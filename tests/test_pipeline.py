@@ -186,6 +186,7 @@ def test_selection_and_plots_in_worker_processes_write_the_same_files(
     monkeypatch: pytest.MonkeyPatch,
     workers: int,
     during_pass: bool,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     # A large corpus selects its sources whose shards are read in a thread during the pass,
     # the others after it: with several workers in worker processes (unless one is left),
@@ -197,6 +198,15 @@ def test_selection_and_plots_in_worker_processes_write_the_same_files(
     monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
     if not during_pass:
         monkeypatch.setattr(pipeline._EarlySelection, "on_shard", lambda self, part: None)
+    else:  # the pass ends once the thread has decoded what it selected
+        real_close = pipeline._EarlySelection.close
+
+        def close_when_done(self) -> None:  # type: ignore[no-untyped-def]
+            for job in self._jobs.values():
+                job.future.result()
+            real_close(self)
+
+        monkeypatch.setattr(pipeline._EarlySelection, "close", close_when_done)
     pools: list[str] = []
     real_pool = pipeline._selection_pool
 
@@ -207,7 +217,10 @@ def test_selection_and_plots_in_worker_processes_write_the_same_files(
             yield pool
 
     monkeypatch.setattr(pipeline, "_selection_pool", recording)
-    one = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3, workers=1)
+    with caplog.at_level("INFO", logger="distprompt.pipeline"):
+        one = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3, workers=1)
+    if during_pass:  # read back and decoded in the thread too
+        assert "decoded during the pass: 2 of the 2 sources selected then" in caplog.text
     assert one._plots is not None  # the plots in a fresh process
     suite = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3, workers=workers)
     assert suite._plots is not None
@@ -239,21 +252,26 @@ def test_a_source_selected_during_the_pass_is_used_only_if_nothing_changed(
     # the final one (a total split by rows): the same files as a run without.
     from distprompt import pipeline
 
-    a, b, c = (chat_rows(qwen_tokenizer, s, n) for s, n in (("a", 50), ("b", 15), ("c", 10)))
-    if case == "more rows later":  # a in the first shard and in the last
-        layout, kw = {"A1": a[:6], "A2": b, "A3": a[6:] + c}, {"per_source": 5}
-    else:  # b selected after A2 with a quota of 12 split over b and c, then a comes
-        layout, kw = {"A1": b[:6], "A2": c, "A3": a}, {"total": 12}
+    a, b, c, d = (
+        chat_rows(qwen_tokenizer, s, n) for s, n in (("a", 50), ("b", 15), ("c", 10), ("d", 2))
+    )
+    # Read in the order A1 A2 A3 A4: by size, but the smallest (A3) just before the largest.
+    if case == "more rows later":  # a in A1 and in A4: selected after A2, then more rows
+        layout, kw = {"A1": a[:6], "A2": b, "A3": d, "A4": a[6:] + c}, {"per_source": 5}
+        said = "2 of 4 sources (1 submitted then, not used)"  # b and d used
+    else:  # b and c selected with a total of 12 split over the sources read, then a comes
+        layout, kw = {"A1": b[:6], "A2": c, "A3": d, "A4": a}, {"total": 12}
+        said = "1 of 4 sources (2 submitted then, not used)"  # d used
     root = tmp_path / "prepared"
     for name, rows in layout.items():
         write_shard(root / name / "tokenized_data.jsonl", rows)
-    sizes = [(root / n / "tokenized_data.jsonl").stat().st_size for n in layout]
-    assert sizes == sorted(sizes)  # read in this order
+    size = {n: (root / n / "tokenized_data.jsonl").stat().st_size for n in layout}
+    assert size["A3"] < size["A1"] < size["A2"] < size["A4"]
     here = build_suite(root, tokenizer=qwen_dir, seed=3, **kw).save(tmp_path / "here")
     monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
     with caplog.at_level("INFO", logger="distprompt.pipeline"):
         suite = build_suite(root, tokenizer=qwen_dir, seed=3, workers=1, **kw)
-    assert "selected during the pass: 1 of 3 sources (1 submitted then, not used)" in caplog.text
+    assert f"selected during the pass: {said}" in caplog.text
     there = suite.save(tmp_path / "there")
     for name in ("suite.jsonl", "manifest.json", "report.json", "openai.jsonl"):
         assert (here / name).read_bytes() == (there / name).read_bytes(), name

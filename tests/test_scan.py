@@ -311,12 +311,14 @@ def test_units_run_smallest_shard_first_and_an_unsplit_large_unit_first_with_wor
         _unit("c.jsonl", 40),
         _unit("d.jsonl", 60),
     ]
-    # One worker: by shard size, the units of a shard together and in their order.
-    assert _run_order(work, 1) == [4, 5, 0, 1, 2, 3]
+    # One worker: by shard size, the units of a shard together and in their order, but the
+    # smallest (c) just before the largest (b).
+    assert _run_order(work, 1) == [5, 0, 1, 2, 4, 3]
     # Several: a unit of more than 1/(2 * workers) of the bytes first, lest it end the pass
     # alone; then the same order.
-    assert _run_order(work, 2) == [3, 4, 5, 0, 1, 2]
-    assert _run_order(work[:3] + work[4:], 2) == [3, 4, 0, 1, 2]  # no such unit
+    assert _run_order(work, 2) == [3, 5, 4, 0, 1, 2]
+    assert _run_order(work[:3] + work[4:], 2) == [4, 3, 0, 1, 2]  # no such unit
+    assert _run_order(work[4:], 1) == [0, 1]  # two shards: by size
 
 
 def test_shards_merged_as_they_finish_give_the_same_partial(

@@ -219,7 +219,12 @@ def build_suite(
                 )
 
         profile = None
-        if config.recover_turns:
+        learned = early_sel.profile if early_sel is not None else None
+        if learned is not None and learned[0] is tok:  # learned in the selection thread
+            profile = learned[1]
+            for msg in learned[2]:
+                _warn(msg)
+        elif config.recover_turns:
             profile = _learn_profile(tok, tinfo, _warn)
         meta = {"method": config.method, "seed": config.seed}
         plots: _PlotProcess | None = None
@@ -259,7 +264,14 @@ def build_suite(
                 submitted=submitted,
                 on_selected=draw,
                 on_last=start_plots,
+                decoded=early_sel.decoded(kept) if early_sel is not None else None,
             )
+            if early_sel is not None and kept:
+                logger.info(
+                    "decoded during the pass: %d of the %d sources selected then",
+                    sum(early_sel.decoded(kept)(s) is not None for s in kept.values()),
+                    len(kept),
+                )
         except BaseException:
             if plots is not None:
                 plots.stop()
@@ -485,6 +497,13 @@ def _run_pass(
     if tok is not None and tinfo is not None:
         checks = prepare_checks(tok, tinfo.vocab_size)
     big = overlap and _is_large(shards)
+    if early is not None:
+        early.shards = shards
+        if tok is not None and tinfo is not None:
+            first = (tok, tinfo)
+            early.tokenizer = lambda: first
+        elif loading is not None:
+            early.tokenizer = loading.loaded
 
     def started() -> None:
         if big:
@@ -495,6 +514,13 @@ def _run_pass(
     def one_pass(checks: Checks | None, on_started: Callable[[], None] | None) -> Partial:
         if early is not None:
             early.reset()  # what the pass before submitted (and no thread at work during a fork)
+        try:
+            return _scan(checks, on_started)
+        finally:
+            if early is not None:
+                early.close()  # this thread uses the tokenizer from here on
+
+    def _scan(checks: Checks | None, on_started: Callable[[], None] | None) -> Partial:
         return scan(
             shards,
             max_candidates=config.max_candidates,
@@ -523,6 +549,7 @@ def _run_pass(
         if loading is None:
             raise
         failure = exc
+
     if loading is not None:
         tok, tinfo = loading.result()
         real = prepare_checks(tok, tinfo.vocab_size)
@@ -766,6 +793,7 @@ class _EarlyJob:
     future: Future[Any]
     stats: SourceStats  # the source's, when it was submitted (a copy)
     quota: Quota
+    decoded: dict[str, Any]  # "items": the picks and items, once decoded in the thread
 
 
 class _EarlySelection:
@@ -788,6 +816,16 @@ class _EarlySelection:
         self._rows: dict[str, int] = {}
         self._jobs: dict[str, _EarlyJob] = {}
         self.redone = 0
+        #: Set by the pass: the shards, and how the thread gets the tokenizer (it waits for
+        #: it; None: not loaded) to decode each source it selected while the pass runs.
+        self.shards: Sequence[Shard] = ()
+        self.tokenizer: Callable[[], tuple[Any, TokenizerInfo] | None] | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        #: The template profile learned in the thread, with its tokenizer and the warnings
+        #: its learning gave (said by the caller where it says them without this).
+        self.profile: tuple[Any, Any, list[str]] | None = None
+        self._jobs_kept: dict[str, _EarlyJob] = {}
 
     def on_shard(self, part: Partial) -> None:
         """Submit the sources the shard just merged into ``part`` left unchanged."""
@@ -814,10 +852,49 @@ class _EarlySelection:
             if s in self._jobs:
                 self._jobs[s].future.cancel()  # more rows since: its result would not be used
             stats = copy.deepcopy(part.stats[s])
-            fut = pool.submit(
-                _select_job, s, quotas[s], self._config, stats, part.pools[s].candidates()
-            )
-            self._jobs[s] = _EarlyJob(fut, stats, quotas[s])
+            decoded: dict[str, Any] = {}
+            fut = pool.submit(self._job, s, quotas[s], stats, part.pools[s].candidates(), decoded)
+            self._jobs[s] = _EarlyJob(fut, stats, quotas[s], decoded)
+
+    def _job(
+        self,
+        source: str,
+        quota: Quota,
+        stats: SourceStats,
+        cands: list[Candidate],
+        decoded: dict[str, Any],
+    ) -> tuple[list[tuple[Candidate, int, float]], SourceEvidence | None]:
+        """The source's selection, then (while the pass runs and the tokenizer is loaded) its
+        items: read back and decoded as :func:`_select_and_decode` would."""
+        result = _select_job(source, quota, self._config, stats, cands)
+        got = self.tokenizer() if self.tokenizer is not None and not self._closed else None
+        if got is None:
+            return result
+        with self._lock:  # the tokenizer is used by one thread at a time
+            if self._closed:
+                return result
+            tok, tinfo = got
+            if self.profile is None or self.profile[0] is not tok:
+                said: list[str] = []
+                learned = (
+                    _learn_profile(tok, tinfo, said.append) if self._config.recover_turns else None
+                )
+                self.profile = (tok, learned, said)
+            picks = _picks(result[0], self.shards, self._config)
+            decoded["items"] = (picks, _make_batch(picks, (tok, self.profile[1], self._config)))
+        return result
+
+    def close(self) -> None:
+        """No more decoding in the thread (waits for the one under way): the pass is over, and
+        this thread uses the tokenizer from now on."""
+        with self._lock:
+            self._closed = True
+
+    def decoded(self, kept: dict[Future[Any], str]) -> Callable[[str], Any]:
+        """For each source of ``kept``, once its future is done: its picks and items if the
+        thread decoded them, else None."""
+        boxes = {s: self._jobs_kept[s].decoded for s in kept.values() if s in self._jobs_kept}
+        return lambda s: boxes[s].get("items") if s in boxes else None
 
     def reset(self, *, wait: bool = True) -> None:
         """Forget every submission; with ``wait``, wait for the one under way (before a
@@ -830,6 +907,7 @@ class _EarlySelection:
                     job.future.result()
         self._jobs.clear()
         self._rows.clear()
+        self._closed = False
 
     def settle(self, kept: dict[Future[Any], str]) -> dict[Future[Any], str]:
         """Those of ``kept`` that are done; the others are cancelled, and the one under way
@@ -846,9 +924,11 @@ class _EarlySelection:
         """The submissions still right for the finished pass ``part``; the others are dropped
         (:attr:`redone` counts them)."""
         kept: dict[Future[Any], str] = {}
+        self._jobs_kept = {}
         for s, job in sorted(self._jobs.items()):
             if s in quotas and job.quota == quotas[s] and job.stats == part.stats.get(s):
                 kept[job.future] = s
+                self._jobs_kept[s] = job
             else:
                 job.future.cancel()  # one under way ends first (a thread cannot be stopped)
                 self.redone += 1
@@ -955,6 +1035,7 @@ def _select_and_decode(
     submitted: dict[Future[Any], str] | None,
     on_selected: Callable[[dict[str, int], dict[str, SourceEvidence | None]], None],
     on_last: Callable[[], None] = lambda: None,
+    decoded: Callable[[str], tuple[list[_Pick], list[SuiteItem]] | None] | None = None,
 ) -> tuple[dict[str, int], list[SuiteItem], dict[str, SourceEvidence | None]]:
     """Select each source's representatives, read them back and decode them.
 
@@ -965,7 +1046,8 @@ def _select_and_decode(
     way. ``on_selected`` is called with the counts and the evidence once every source is
     selected, before the last items are decoded (all of them, in this thread); ``on_last``
     once the selections left are no more than the workers running them (before the last one,
-    without ``submitted``).
+    without ``submitted``). ``decoded`` gives a source's picks and items when they were made
+    already (the same ones).
 
     Returns:
         Items selected per source, the items (by source, then cluster), the report's evidence.
@@ -978,12 +1060,11 @@ def _select_and_decode(
     decode_here = config.engine != "ray"
 
     def take(source: str, result: tuple[list[tuple[Candidate, int, float]], Any]) -> None:
-        chosen, _ = result
-        loaded = load_candidates([c for c, _, _ in chosen], shards, seed=config.seed)
-        picks[source] = [
-            (cand, cluster, size, weight)
-            for cluster, (cand, (_, size, weight)) in enumerate(zip(loaded, chosen, strict=True))
-        ]
+        ready = decoded(source) if decoded is not None else None
+        if ready is not None and decode_here:  # decoded during the pass (_EarlySelection)
+            picks[source], items[source] = ready
+            return
+        picks[source] = _picks(result[0], shards, config)
         if decode_here:
             items[source] = _make_batch(picks[source], (tok, profile, config))
 
@@ -1137,6 +1218,18 @@ class _PlotProcess:
 
 #: A selected candidate and its cluster index, cluster size and weight.
 _Pick = tuple[Candidate, int, int, float]
+
+
+def _picks(
+    chosen: Sequence[tuple[Candidate, int, float]], shards: Sequence[Shard], config: Config
+) -> list[_Pick]:
+    """A source's selection ``(candidate, cluster size, weight)`` read back from its shards,
+    with each item's cluster number."""
+    loaded = load_candidates([c for c, _, _ in chosen], shards, seed=config.seed)
+    return [
+        (cand, cluster, size, weight)
+        for cluster, (cand, (_, size, weight)) in enumerate(zip(loaded, chosen, strict=True))
+    ]
 
 
 def _make_batch(picks: Sequence[_Pick], shared: tuple[Any, Any, Config]) -> list[SuiteItem]:

@@ -537,7 +537,8 @@ def scan(
             unit of a shard is merged, in this thread; the partial is the one being merged
             into, so what the call keeps of it must be copied. In worker processes the units
             run smallest shard first (a source whose shards are all read can be worked on
-            while the largest are read), except that with several workers a unit of more than
+            while the largest are read; the smallest itself is read just before the
+            largest), except that with several workers a unit of more than
             ``1 / (2 * workers)`` of the bytes (a large compressed shard: it cannot be split)
             starts first, lest it run alone at the end; shards are merged as they finish.
     """
@@ -649,12 +650,23 @@ def _run_order(work: Sequence[Unit], workers: int) -> list[int]:
     for i, u in enumerate(work):
         first.setdefault(u.shard.name, i)
 
-    def key(i: int) -> tuple[int, int, int, int]:
+    def alone(u: Unit) -> bool:
+        return workers > 1 and _unit_bytes(u) * 2 * workers > total
+
+    # The other shards by size, but the smallest read just before the largest: a source is
+    # worked on once a shard ends that added nothing to it, so the one read before the
+    # largest waits for the largest, and that is best the one of least work.
+    rest = sorted({u.shard.name: u.shard.size for u in work if not alone(u)}.items(),
+                  key=lambda kv: (kv[1], first[kv[0]]))  # fmt: skip
+    if len(rest) >= 3:
+        rest = [*rest[1:-1], rest[0], rest[-1]]
+    rank = {name: r for r, (name, _) in enumerate(rest)}
+
+    def key(i: int) -> tuple[int, int, int]:
         u = work[i]
-        size = _unit_bytes(u)
-        if workers > 1 and size * 2 * workers > total:
-            return (0, -size, first[u.shard.name], i)
-        return (1, u.shard.size, first[u.shard.name], i)
+        if alone(u):
+            return (0, -_unit_bytes(u), i)
+        return (1, rank[u.shard.name], i)
 
     return sorted(range(len(work)), key=key)
 

@@ -342,6 +342,14 @@ class BackgroundLoad:
         except BaseException as exc:  # re-raised in the caller's thread by result()
             self._error = exc
 
+    def loaded(self) -> tuple[Any, Any] | None:
+        """For another thread: the loaded ``(tokenizer, TokenizerInfo)`` once loaded (this
+        waits), None if the load failed or was not started (:meth:`result` says why)."""
+        if self._thread is None:
+            return None
+        self._thread.join()
+        return self._out if self._error is None else None
+
     def result(self) -> tuple[Any, Any]:
         """The loaded ``(tokenizer, TokenizerInfo)``.
 
