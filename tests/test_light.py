@@ -172,14 +172,21 @@ def _same_suite(a: Any, b: Any) -> None:
     ],
     ids=["start", "gen", "vocab"],
 )
+@pytest.mark.parametrize("large", [False, True])
 def test_checks_that_differ_read_data_again_with_a_warning(
-    corpus: Path, qwen_dir: Path, monkeypatch: pytest.MonkeyPatch, wrong: dict[str, Any]
+    corpus: Path,
+    qwen_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    wrong: dict[str, Any],
+    large: bool,
 ) -> None:
     normal_warnings: list[str] = []
     normal = build_suite(
         corpus, tokenizer=qwen_dir, per_source=5, recover_turns=False, warn=normal_warnings.append
     )
     assert not any("without transformers" in w for w in normal_warnings)
+    if large:  # the pass in a worker process, sources selected (and decoded) during it
+        monkeypatch.setattr(distprompt.pipeline, "_OVERLAP_BYTES", 0)
 
     def wrong_checks(spec: Any) -> tuple[Any, Checks] | None:
         got = light_checks(spec)
