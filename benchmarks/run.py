@@ -416,9 +416,10 @@ process (`ru_maxrss`).
 `export --per-source 50` with one worker: the row checks' markers are read from
 `tokenizer.json` without `transformers`, the pass runs in a worker process while the main one
 loads the tokenizer and imports what selection and the report use (so the pass shows as waiting
-in `scan`); the sources are then selected in a thread (pyinstrument samples the main thread
-only: selection shows as waiting) while the main thread runs the tokenizer checks and decodes
-each selected source, and the plots are drawn in two subprocesses. The stage times logged by
+in `scan`), smallest shards first; a source whose shards are read is selected and decoded in
+a thread meanwhile (pyinstrument samples the main thread only: that work shows as waiting), the
+rest after the pass while the main thread runs the tokenizer checks and decodes each selected
+source, and the plots are drawn in two subprocesses. The stage times logged by
 `-v` come first. Then `inspect` (the pass in-process).
 
 ```
