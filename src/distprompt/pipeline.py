@@ -158,12 +158,12 @@ def build_suite(
         if early_sel is not None:
             if parallel and early_sel.pool is not None:
                 kept = early_sel.take(part, early or {})
+                if config.workers > 1:
+                    # What the thread has not started goes to the workers' processes (forked
+                    # once the thread is idle), unless one source is left.
+                    kept = early_sel.settle(kept)
                 if config.workers == 1 or len(part.stats) - len(kept) <= 1:
                     pool = early_sel.pool  # what is left, in the same thread
-                else:
-                    # Several sources left for several workers: processes, forked once the
-                    # thread is idle (what it has not started is selected there).
-                    kept = early_sel.settle(kept)
             else:
                 early_sel.reset(wait=parallel)
         if pool is None:
