@@ -476,7 +476,7 @@ def _run_pass(
     learned again from it, and if anything differs the pass runs again with those, with a
     warning. Otherwise the tokenizer is loaded first. With ``overlap``, on a large corpus the
     pass runs in a worker process while this one imports what selection and the report need,
-    and ``early`` (with one worker) selects the sources whose shards are all read meanwhile.
+    and ``early`` selects (and decodes) the sources whose shards are all read meanwhile.
     """
     tok = tinfo = checks = loading = None
     name = ""
@@ -549,7 +549,6 @@ def _run_pass(
         if loading is None:
             raise
         failure = exc
-
     if loading is not None:
         tok, tinfo = loading.result()
         real = prepare_checks(tok, tinfo.vocab_size)
@@ -797,8 +796,9 @@ class _EarlyJob:
 
 
 class _EarlySelection:
-    """Sources selected during a one-worker pass, in the selection thread (the other core is
-    idle while the pass's worker process reads the largest shards, which it reads last).
+    """Sources selected, read back and decoded during the pass, in one thread (with one worker
+    the other core is idle while the pass's worker process reads the largest shards, which it
+    reads last; with more, the thread fills the gaps the workers leave).
 
     At the end of each shard (:func:`~distprompt.read.scan.scan`'s ``on_shard``), each source
     the shard added no row to is submitted, with what the pass knows of it so far: its pool,
@@ -807,6 +807,8 @@ class _EarlySelection:
     whose source's figures and quota are the final ones: equal figures mean no row of the
     source came later, so its pool is the final one too, and the selection is the same as it
     would be after the pass. The others are selected again then (counted in :attr:`redone`).
+    Decoding needs the tokenizer, which the main thread uses once the pass is over: only the
+    sources selected before that are decoded here (:meth:`close`).
     """
 
     def __init__(self, config: Config, stack: contextlib.ExitStack) -> None:
