@@ -509,6 +509,21 @@ def iter_lines(
         try:
             if start:
                 fh.seek(start)
+            if shard.name.endswith(".jsonl"):
+                if 0 <= stop <= offset:
+                    return
+                for line, size in _plain_lines(fh, max_line_bytes, offset, stop):
+                    lineno += 1
+                    at = offset
+                    offset += size
+                    if line is not None:
+                        if line.startswith(_BOM):
+                            line = line[3:]
+                        line = line.rstrip(b"\r")  # the newline is cut already
+                    yield lineno, at, line
+                    if 0 <= stop <= offset:
+                        return
+                return
             while stop < 0 or offset < stop:
                 line, size = _next_line(fh, max_line_bytes)
                 if not size or (line is not None and not line.endswith(b"\n")):
@@ -531,6 +546,74 @@ def iter_lines(
             if err is exc:
                 raise
             raise err from exc
+
+
+#: The blocks a plain shard is read in grow from the first size to the largest (one read-back
+#: line reads little; a pass reads large blocks, with fewer lines cut across two of them).
+_FIRST_BLOCK = 1 << 16
+_LARGEST_BLOCK = 4 << 20
+
+
+def _plain_lines(
+    fh: IO[bytes], limit: int, pos: int, stop: int
+) -> Iterator[tuple[bytes | None, int]]:
+    """``(line, size)`` for each line of a plain stream read from byte ``pos``: the line without
+    its newline (None when longer than ``limit`` bytes: not held, only counted) and its size
+    with the newline; the last line may lack one.
+
+    The stream is read into a reused buffer, in blocks that grow to :data:`_LARGEST_BLOCK`
+    (smaller near ``stop``, past which only the line begun before it is finished), and each
+    line is cut out with one copy; ``readline`` would scan every byte in Python's own loop and
+    the newline strip would copy each line again.
+    """
+    buf = bytearray(_FIRST_BLOCK)
+    view = memoryview(buf)
+    readinto = getattr(fh, "readinto", None)
+    parts: list[bytes] | None = []  # the pieces of a line begun in an earlier block
+    held = 0  # its bytes so far (0: no line is begun)
+    while True:
+        want = len(buf)
+        if stop >= 0:
+            want = min(want, max(stop - pos, _FIRST_BLOCK))
+        if readinto is not None:
+            got = readinto(view[:want])
+        else:  # a file object without readinto (some fsspec files)
+            chunk = fh.read(want)
+            got = len(chunk)
+            view[:got] = chunk
+        if not got:
+            break
+        i = 0
+        while True:
+            j = buf.find(b"\n", i, got)
+            if j < 0:
+                break
+            if held:
+                size = held + j + 1 - i
+                line = None
+                if parts is not None and size - 1 <= limit:
+                    parts.append(bytes(view[i:j]))
+                    line = b"".join(parts)
+                parts, held = [], 0
+            else:
+                size = j + 1 - i
+                line = bytes(view[i:j]) if j - i <= limit else None
+            yield line, size
+            i = j + 1
+        if i < got:
+            held += got - i
+            if parts is not None:
+                if held > limit:
+                    parts = None  # too long: drop what was read, count the rest
+                else:
+                    parts.append(bytes(view[i:got]))
+        pos += got
+        if len(buf) < _LARGEST_BLOCK and (stop < 0 or pos < stop):
+            view.release()
+            buf = bytearray(2 * len(buf))
+            view = memoryview(buf)
+    if held:
+        yield (b"".join(parts) if parts is not None else None), held
 
 
 #: Decompressed bytes per block of a compressed read-back, and compressed bytes fed per call.
