@@ -479,24 +479,21 @@ def _check_ids(raw: bytes, i0: int, i1: int, seq_len: int, limit: int) -> tuple[
     at = np.flatnonzero(_runs(dig, digits, x, y))  # where `digits` digits in a row start
     if at.shape[0] == 0:
         return sep, digits
-    if at.shape[0] > 1 and int(_MIN(np.diff(at))) == 1:
+    if at.shape[0] > 1 and int(_MIN(at[1:] - at[:-1])) == 1:
         return None  # two such starts in a row: a number longer than the limit
-    # numbers of exactly the limit's length (fewer than 19 digits): their values, compared
-    cols = a[at[:, None] + _COLUMNS[:digits]].astype(np.int64)
-    if int(_MAX(cols @ _POWERS[-digits:])) < limit + 48 * _ONES[digits]:
-        return sep, digits
-    return None  # equal to the limit
+    # numbers of exactly the limit's length (fewer than 19 digits): compared as strings of
+    # `digits` bytes (as numbers of one length compare), read through a view in which
+    # element p is the string starting at byte p of the body
+    strings = np.ndarray((n - digits + 1,), dtype=f"S{digits}", buffer=raw, offset=i0, strides=(1,))
+    if _ANY(strings[at] >= text):
+        return None  # not below the limit
+    return sep, digits
 
 
 _MAX = np.maximum.reduce
 _MIN = np.minimum.reduce
 _ANY = np.logical_or.reduce
 
-
-_COLUMNS = np.arange(_SAFE_DIGITS + 1)
-_POWERS = 10 ** np.arange(_SAFE_DIGITS, -1, -1, dtype=np.int64)  # 10**18 ... 1
-#: ``_ONES[d]``: the number of ``d`` ones (what ``"0"`` bytes, 48 each, add to a value).
-_ONES = [(10**d - 1) // 9 for d in range(_SAFE_DIGITS + 2)]
 
 #: ``"0, "`` repeated: the stride-3 mask body with every element 0 (grown on demand).
 _PATTERN3 = np.frombuffer(b"0, " * (1 << 16), np.uint8)
