@@ -202,7 +202,7 @@ class ListView(RowView):
     _mask: bytes  # one byte (0 or 1) per token
 
     def top_id(self, limit: int) -> int | None:
-        top = int(self._ids.max())
+        top = int(_MAX(self._ids))
         return top if top >= limit else None
 
     def prompt_mask(self) -> np.ndarray:
@@ -288,7 +288,7 @@ def _short(raw: bytes, shard: str, line: int, offset: int) -> ListView | None:
     except (struct.error, TypeError, OverflowError, ValueError):
         return None
     # a negative id is written with a "-" (rare elsewhere in a short line: memchr, no numpy)
-    if m.translate(None, b"\x00\x01") or (b"-" in raw and int(arr.min()) < 0):
+    if m.translate(None, b"\x00\x01") or (b"-" in raw and int(_MIN(arr)) < 0):
         return None
     where = Provenance(shard=shard, line=line, offset=offset)
     turns = m.count(b"\x00\x01") + (m[0] == 1)

@@ -64,7 +64,11 @@ def prompt_key(prompt_ids: np.ndarray, *, seed: int = 0) -> int:
 
 
 def _compact(ids: np.ndarray) -> np.ndarray:
-    return ids.astype(np.int32) if ids.size == 0 or int(ids.max()) < 2**31 else ids.copy()
+    # the ufunc's reduce: ndarray.max goes through a Python wrapper (a pool entry per row)
+    return ids.astype(np.int32) if ids.size == 0 or int(_MAX(ids)) < 2**31 else ids.copy()
+
+
+_MAX = np.maximum.reduce
 
 
 class BottomK:
