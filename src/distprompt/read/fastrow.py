@@ -389,23 +389,6 @@ def _runs(dig: np.ndarray, r: int, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return w
 
 
-_ALL_DIGITS = np.uint64(0x0101010101010101)  # eight True bools read as one uint64
-
-
-def _has_run(dig: np.ndarray, r: int, x: np.ndarray, y: np.ndarray) -> bool:
-    """Whether ``dig`` holds a run of at least ``r >= 15`` True values.
-
-    A run of 15 or more covers a whole aligned block of 8 of ``dig[:n8]`` (``n8``: the length
-    rounded down to 8): one ending by ``n8`` does, and one ending after it covers the block that
-    ends at ``n8`` (at most 7 of its values lie after). Without such a block there is none.
-    """
-    n = dig.shape[0]
-    n8 = n - n % 8
-    if not n8 or not (dig[:n8].view(np.uint64) == _ALL_DIGITS).any():
-        return False
-    return bool(_runs(dig, r, x, y).any())
-
-
 def _check_ids(raw: bytes, i0: int, i1: int, seq_len: int, limit: int) -> tuple[int, int] | None:
     """``(bytes per separator, most digits an id may have)`` when ``raw[i0:i1]`` is a valid
     ``input_ids`` body of ``seq_len`` ids below ``limit``; None when it is not (or might not be).
@@ -466,7 +449,9 @@ def _check_ids(raw: bytes, i0: int, i1: int, seq_len: int, limit: int) -> tuple[
             return None
     # range: numbers shorter than the limit's digits are below it, longer ones are not
     if limit >= 10**_SAFE_DIGITS:
-        # a run of 19 or more digits covers an aligned block of 8 (see _has_run)
+        # A run of 19 or more digits covers an aligned block of 8 of nd[:n8] (n8: n rounded
+        # down to 8): one ending by n8 does, and one ending after it covers the block that
+        # ends at n8 (at most 7 of its digits lie after). Without such a block there is none.
         n8 = n - n % 8
         if n8 and _MIN(nd[:n8].view(np.uint64)) == 0:
             dig = np.logical_not(nd, out=com_b[:n])
