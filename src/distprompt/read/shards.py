@@ -552,6 +552,8 @@ def iter_lines(
 #: line reads little; a pass reads large blocks, with fewer lines cut across two of them).
 _FIRST_BLOCK = 1 << 16
 _LARGEST_BLOCK = 4 << 20
+#: Buffers of finished reads, for the next (a fresh one is zeroed, page by page).
+_SPARE: list[bytearray] = []
 
 
 def _plain_lines(
@@ -566,15 +568,27 @@ def _plain_lines(
     line is cut out with one copy; ``readline`` would scan every byte in Python's own loop and
     the newline strip would copy each line again.
     """
-    buf = bytearray(_FIRST_BLOCK)
+    largest = _LARGEST_BLOCK
+    buf = _SPARE.pop() if _SPARE else bytearray(largest)  # list.pop: atomic across threads
+    if len(buf) < largest:
+        buf = bytearray(largest)
+    try:
+        yield from _cut_plain(fh, buf, limit, pos, stop, largest)
+    finally:
+        if len(_SPARE) < 2:
+            _SPARE.append(buf)
+
+
+def _cut_plain(
+    fh: IO[bytes], buf: bytearray, limit: int, pos: int, stop: int, largest: int
+) -> Iterator[tuple[bytes | None, int]]:
     view = memoryview(buf)
     readinto = getattr(fh, "readinto", None)
+    block = min(_FIRST_BLOCK, largest)
     parts: list[bytes] | None = []  # the pieces of a line begun in an earlier block
     held = 0  # its bytes so far (0: no line is begun)
     while True:
-        want = len(buf)
-        if stop >= 0:
-            want = min(want, max(stop - pos, _FIRST_BLOCK))
+        want = block if stop < 0 else min(block, max(stop - pos, _FIRST_BLOCK))
         if readinto is not None:
             got = readinto(view[:want])
         else:  # a file object without readinto (some fsspec files)
@@ -608,10 +622,8 @@ def _plain_lines(
                 else:
                     parts.append(bytes(view[i:got]))
         pos += got
-        if len(buf) < _LARGEST_BLOCK and (stop < 0 or pos < stop):
-            view.release()
-            buf = bytearray(2 * len(buf))
-            view = memoryview(buf)
+        if block < largest and (stop < 0 or pos < stop):
+            block = min(2 * block, largest)
     if held:
         yield (b"".join(parts) if parts is not None else None), held
 
