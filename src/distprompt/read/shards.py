@@ -549,9 +549,10 @@ def iter_lines(
 
 
 #: The blocks a plain shard is read in grow from the first size to the largest (one read-back
-#: line reads little; a pass reads large blocks, with fewer lines cut across two of them).
+#: line reads little). Not larger: reads of 2 MB or more took three times the kernel time of
+#: 1 MB reads here (1.0 vs 0.35 s for the 1.5 GB benchmark corpus).
 _FIRST_BLOCK = 1 << 16
-_LARGEST_BLOCK = 4 << 20
+_LARGEST_BLOCK = 1 << 20
 #: Buffers of finished reads, for the next (a fresh one is zeroed, page by page).
 _SPARE: list[bytearray] = []
 
