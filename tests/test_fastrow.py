@@ -182,6 +182,17 @@ EDGE_LINES = [
             b"1, 2.0, 3",
             b"1, 2e0, 3",
             b"1, 2, 99999999999999999999",
+            # the ", " structure: a stray separator byte that the counts alone would let
+            # through (a comma just before the last digit, a space inside a number) ...
+            b"1, 2 ,3",
+            b"1, 2 3,4",
+            b"1,  2,3",
+            b"1, 2,, 3",
+            b"1, 2!3 ,4",
+            b"1, 2, 3\x00",
+            # ... and leading zeros after either separator
+            b"1, 0, 05",
+            b"0, 1,05",
         )
     ],
 ]
@@ -479,7 +490,21 @@ def _boundary_lines() -> list[bytes]:
         b"0.1,1",
     ):
         out.append(_row_line(b"1, 2, 3", mask, 3))
-    for ids in (b"0, 1, 00", b"0, 0, 0", b"10, 0, 01", b"00, 1, 2", b"0,0,0", b"1,00,2", b"1,0,02"):
+    for ids in (
+        b"0, 1, 00",
+        b"0, 0, 0",
+        b"10, 0, 01",
+        b"00, 1, 2",
+        b"0,0,0",
+        b"1,00,2",
+        b"1,0,02",
+        # another byte below "0" where a comma should be
+        b"1,2!3",
+        b"1,2\t3",
+        b"1+2,3",
+        b"1,2\x003",
+        b'1,2"3',
+    ):
         out.append(_row_line(ids, b"0, 1, 1", 3))
     return out
 

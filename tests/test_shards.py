@@ -282,3 +282,72 @@ def test_a_damaged_stream_read_back_as_before(tmp_path: Path, how: str) -> None:
             assert ref[0] is CorruptStreamError and "truncated or corrupt" in ref[1]
             errors += 1
     assert errors or how in ("gz empty", "zst cut tail", "zst garbage after")
+
+
+def _plain_and_gz(tmp_path: Path, text: bytes) -> tuple[Shard, Shard]:
+    plain = tmp_path / "a.jsonl"
+    plain.write_bytes(text)
+    gz = tmp_path / "a.jsonl.gz"
+    gz.write_bytes(gzip.compress(text))
+    return (
+        Shard(path=plain, name="a.jsonl", size=plain.stat().st_size),
+        Shard(path=gz, name="a.jsonl.gz", size=gz.stat().st_size),
+    )
+
+
+@pytest.mark.parametrize("blocks", [(1, 1), (1, 3), (2, 64), (7, 7), (1 << 16, 4 << 20)])
+@pytest.mark.parametrize("seed", range(6))
+def test_plain_blocks_cut_lines_as_readline_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, blocks: tuple[int, int], seed: int
+) -> None:
+    """Plain shards are cut into lines from blocks (compressed ones with ``readline``): the
+    same lines, sizes, offsets and too-long lines, whatever the block sizes — lines across
+    blocks, CRLF and lone CRs, BOMs, blank lines, a last line without a newline — and the same
+    for every byte range :func:`split_shard` cuts."""
+    from distprompt.read import shards as shards_mod
+    from distprompt.read.shards import iter_lines, split_shard
+
+    monkeypatch.setattr(shards_mod, "_FIRST_BLOCK", blocks[0])
+    monkeypatch.setattr(shards_mod, "_LARGEST_BLOCK", blocks[1])
+    rng = np.random.default_rng(seed)
+    pieces = [b"", b"\r", b"\r\r", b"\xef\xbb\xbf", b" ", b"x" * 30, b"\xef\xbb", b"{}"]
+    lines = []
+    for _ in range(int(rng.integers(1, 40))):
+        body = b"".join(pieces[int(i)] for i in rng.integers(0, len(pieces), 3))
+        lines.append(body + b"y" * int(rng.integers(0, 3) * rng.integers(0, 50)))
+    text = b"\n".join(lines) + (b"\n" if seed % 2 else b"")
+    plain, gz = _plain_and_gz(tmp_path, text)
+    for limit in (5, 31, 64 << 20):
+        want = list(iter_lines(gz, max_line_bytes=limit))
+        assert list(iter_lines(plain, max_line_bytes=limit)) == want
+        for unit in (1, 13, 50):
+            got = []
+            base = 0
+            for start, end in split_shard(plain, unit):
+                part = list(iter_lines(plain, max_line_bytes=limit, start=start, end=end))
+                got += [(n + base, off, raw) for n, off, raw in part]
+                base += len(part)
+            assert got == want
+
+
+def test_plain_lines_read_back_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line read back from its offset is read in small blocks, not the largest."""
+    from distprompt.read import shards as shards_mod
+    from distprompt.read.shards import lines_at
+
+    sizes = []
+    real = shards_mod._plain_lines
+
+    def spy(fh: Any, limit: int, pos: int, stop: int) -> Any:
+        class Counting:
+            def readinto(self, b: Any) -> int:
+                sizes.append(len(b))
+                return int(fh.readinto(b))
+
+        return real(Counting(), limit, pos, stop)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(shards_mod, "_plain_lines", spy)
+    long = b"7" * 200_000
+    plain, _ = _plain_and_gz(tmp_path, b"a\n" + long + b"\nb\n")
+    assert lines_at(plain, [2, 0, 200_003]) == [long, b"a", b"b"]
+    assert max(sizes) <= 1 << 18

@@ -31,8 +31,8 @@ mask, the first trained span and its ids are read on demand, for the rows a pool
 from __future__ import annotations
 
 import re
+import struct
 import threading
-from array import array
 from typing import TypeVar
 
 import numpy as np
@@ -202,7 +202,7 @@ class ListView(RowView):
     _mask: bytes  # one byte (0 or 1) per token
 
     def top_id(self, limit: int) -> int | None:
-        top = int(self._ids.max())
+        top = int(_MAX(self._ids))
         return top if top >= limit else None
 
     def prompt_mask(self) -> np.ndarray:
@@ -282,12 +282,13 @@ def _short(raw: bytes, shard: str, line: int, offset: int) -> ListView | None:
     if _unexplained(raw, obj):
         return None
     try:
-        arr = np.frombuffer(array("q", ids), dtype=np.int64)  # ints below 2**63 only
+        # ints (bools too: see above) of -2**63..2**63-1 only; struct packs faster than array
+        arr = np.frombuffer(struct.pack(f"<{seq_len}q", *ids), dtype=np.int64)
         m = bytes(mask)  # ints in 0..255 only
-    except (TypeError, OverflowError, ValueError):
+    except (struct.error, TypeError, OverflowError, ValueError):
         return None
     # a negative id is written with a "-" (rare elsewhere in a short line: memchr, no numpy)
-    if m.translate(None, b"\x00\x01") or (b"-" in raw and int(arr.min()) < 0):
+    if m.translate(None, b"\x00\x01") or (b"-" in raw and int(_MIN(arr)) < 0):
         return None
     where = Provenance(shard=shard, line=line, offset=offset)
     turns = m.count(b"\x00\x01") + (m[0] == 1)
@@ -388,97 +389,96 @@ def _runs(dig: np.ndarray, r: int, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return w
 
 
-_ALL_DIGITS = np.uint64(0x0101010101010101)  # eight True bools read as one uint64
-
-
-def _has_run(dig: np.ndarray, r: int, x: np.ndarray, y: np.ndarray) -> bool:
-    """Whether ``dig`` holds a run of at least ``r >= 15`` True values.
-
-    A run of 15 or more covers a whole aligned block of 8 of ``dig[:n8]`` (``n8``: the length
-    rounded down to 8): one ending by ``n8`` does, and one ending after it covers the block that
-    ends at ``n8`` (at most 7 of its values lie after). Without such a block there is none.
-    """
-    n = dig.shape[0]
-    n8 = n - n % 8
-    if not n8 or not (dig[:n8].view(np.uint64) == _ALL_DIGITS).any():
-        return False
-    return bool(_runs(dig, r, x, y).any())
-
-
 def _check_ids(raw: bytes, i0: int, i1: int, seq_len: int, limit: int) -> tuple[int, int] | None:
     """``(bytes per separator, most digits an id may have)`` when ``raw[i0:i1]`` is a valid
     ``input_ids`` body of ``seq_len`` ids below ``limit``; None when it is not (or might not be).
 
     Digits and commas only, or digits and ``", "`` (every comma followed by one space, every
     space after a comma); no empty element, no leading zero, no sign, point or exponent.
+
+    A dozen passes over the body, each a numpy call: the non-digits (``nd``) and their count,
+    the commas and their count; with ``", "``, whether the byte after each comma is a space
+    followed by a digit (which also rules out an empty element); then the leading zeros and
+    the range.
     """
     n = i1 - i0
+    if not (47 < raw[i0] < 58 and 47 < raw[i1 - 1] < 58):
+        return None  # the first or last element empty (or not a number)
     a = np.frombuffer(raw, np.uint8, count=n, offset=i0)
-    if a.max() > 57:
+    if _MAX(a) > 57:
         return None  # a byte above "9"
     if raw.find(b"-", i0, i1) >= 0 or raw.find(b".", i0, i1) >= 0 or raw.find(b"/", i0, i1) >= 0:
         return None  # 45-47: the bytes between "," and "0"
-    dig_b, com_b, x, y = _scratch.get(n)
-    dig = np.greater_equal(a, 48, out=dig_b[:n])
-    com = np.equal(a, 44, out=com_b[:n])
-    n_dig = int(np.count_nonzero(dig))
-    n_commas = int(np.count_nonzero(com))
-    if n_commas + 1 != seq_len or not dig[0] or not dig[-1]:
-        return None
+    # every byte is now a digit or one of 0-44 (a non-digit)
+    nd_b, com_b, x, y = _scratch.get(n)
+    nd = np.less(a, 48, out=nd_b[:n])
+    n_nd = int(np.count_nonzero(nd))
     if raw.find(b" ", i0, i1) < 0:
         sep = 1
-        if n_dig + n_commas != n:
-            return None  # a byte other than a digit or a comma
-        if n_commas and np.logical_and(com[:-1], com[1:], out=x[: n - 1]).any():
-            return None  # an empty element
+        # every non-digit a comma (the smallest byte is ","), as many as separators, and no
+        # two in a row (an empty element)
+        if n_nd != seq_len - 1 or _MIN(a) < 44:
+            return None
+        if n_nd and _ANY(np.logical_and(nd[:-1], nd[1:], out=x[: n - 1])):
+            return None
     else:
         sep = 2
-        sp = np.equal(a, 32, out=y[:n])
-        if n_dig + n_commas + int(np.count_nonzero(sp)) != n:
-            return None  # a byte other than a digit, a comma or a space
-        # every comma followed by a space and every space after a comma (the first and last
-        # bytes are digits); the spaces then are the separators' second bytes
-        if sp[0] or np.not_equal(com[:-1], sp[1:], out=x[: n - 1]).any():
+        if n_nd != 2 * (seq_len - 1) or raw[i1 - 2] == 44:
             return None
-        if n_commas and np.logical_and(sp[:-1], com[1:], out=x[: n - 1]).any():
-            return None  # an empty element (", , ")
-    # a leading zero: a 0 followed by a digit at the start of a number (the first byte, or the
-    # byte after a separator)
-    if n > 1 and raw[i0] == 48 and dig[1]:
+        com = np.equal(a, 44, out=com_b[:n])
+        if int(np.count_nonzero(com)) != seq_len - 1:
+            return None
+        # a comma at p exactly where a space at p+1 is followed by a digit at p+2 (p < n-2;
+        # the last two bytes hold no comma): every comma is followed by " " and a digit, and
+        # as many spaces as commas are counted among the non-digits, so nothing else is one
+        k = n - 2
+        if k > 0:
+            f = np.equal(a[1 : n - 1], 32, out=y[:k])
+            np.greater(f, nd[2:], out=f)  # the space followed by a digit
+            if _ANY(np.not_equal(com[:k], f, out=x[:k])):
+                return None
+    # a leading zero: a 0 at the start of a number (the first byte, or after a non-digit,
+    # which is now a separator) followed by a digit
+    if n > 1 and raw[i0] == 48 and not nd[1]:
         return None
-    k = n - 1 - sep
+    k = n - 2
     if k > 0:
-        z = np.equal(a[sep : n - 1], 48, out=x[:k])
-        z &= dig[sep + 1 :]
-        z &= com[:k]
-        if z.any():
+        z = np.equal(a[1 : n - 1], 48, out=x[:k])
+        z &= nd[:k]
+        if _ANY(np.greater(z, nd[2:], out=z)):
             return None
     # range: numbers shorter than the limit's digits are below it, longer ones are not
     if limit >= 10**_SAFE_DIGITS:
-        if _has_run(dig, _SAFE_DIGITS + 1, x, y):
-            return None
+        # A run of 19 or more digits covers an aligned block of 8 of nd[:n8] (n8: n rounded
+        # down to 8): one ending by n8 does, and one ending after it covers the block that
+        # ends at n8 (at most 7 of its digits lie after). Without such a block there is none.
+        n8 = n - n % 8
+        if n8 and _MIN(nd[:n8].view(np.uint64)) == 0:
+            dig = np.logical_not(nd, out=com_b[:n])
+            if _runs(dig, _SAFE_DIGITS + 1, x, y).any():
+                return None
         return sep, _SAFE_DIGITS
     text = str(limit).encode()
     digits = len(text)
-    w = _runs(dig, digits, x, y)
-    if not w.any():
+    dig = np.logical_not(nd, out=com_b[:n])
+    at = np.flatnonzero(_runs(dig, digits, x, y))  # where `digits` digits in a row start
+    if at.shape[0] == 0:
         return sep, digits
-    if w.shape[0] > 1:
-        other = com_b if w.base is not com_b else dig_b  # dig and com are no longer needed
-        if np.logical_and(w[:-1], w[1:], out=other[: w.shape[0] - 1]).any():
-            return None  # a number longer than the limit
-    # numbers of exactly the limit's length (fewer than 19 digits): their values, compared
-    at = w.nonzero()[0]
-    cols = a[at[:, None] + _COLUMNS[:digits]].astype(np.int64)
-    if int((cols @ _POWERS[-digits:]).max()) < limit + 48 * _ONES[digits]:
-        return sep, digits
-    return None  # equal to the limit
+    if at.shape[0] > 1 and int(_MIN(at[1:] - at[:-1])) == 1:
+        return None  # two such starts in a row: a number longer than the limit
+    # numbers of exactly the limit's length (fewer than 19 digits): compared as strings of
+    # `digits` bytes (as numbers of one length compare), read through a view in which
+    # element p is the string starting at byte p of the body
+    strings = np.ndarray((n - digits + 1,), dtype=f"S{digits}", buffer=raw, offset=i0, strides=(1,))
+    if _ANY(strings[at] >= text):
+        return None  # not below the limit
+    return sep, digits
 
 
-_COLUMNS = np.arange(_SAFE_DIGITS + 1)
-_POWERS = 10 ** np.arange(_SAFE_DIGITS, -1, -1, dtype=np.int64)  # 10**18 ... 1
-#: ``_ONES[d]``: the number of ``d`` ones (what ``"0"`` bytes, 48 each, add to a value).
-_ONES = [(10**d - 1) // 9 for d in range(_SAFE_DIGITS + 2)]
+_MAX = np.maximum.reduce
+_MIN = np.minimum.reduce
+_ANY = np.logical_or.reduce
+
 
 #: ``"0, "`` repeated: the stride-3 mask body with every element 0 (grown on demand).
 _PATTERN3 = np.frombuffer(b"0, " * (1 << 16), np.uint8)
@@ -514,9 +514,10 @@ def _check_mask(raw: bytes, j0: int, j1: int, seq_len: int) -> tuple[int, int] |
     if _PATTERN3.shape[0] < m:
         _PATTERN3 = np.frombuffer(b"0, " * (m // 3 + 1), np.uint8)
     v = np.bitwise_xor(b, _PATTERN3[:m], out=x[:m].view(np.uint8))
-    if v.max() > 1 or raw.find(b"-", j0, j1) >= 0 or raw.find(b"!", j0, j1) >= 0:
+    if _MAX(v) > 1 or raw.find(b"-", j0, j1) >= 0 or raw.find(b"!", j0, j1) >= 0:
         return None
-    up = np.greater(v[3:], v[:-3], out=y[: m - 3])  # 0 then 1 at consecutive elements
+    vb = v.view(np.bool_)  # 0 and 1 only: read as booleans (numpy compares those faster)
+    up = np.greater(vb[3:], vb[:-3], out=y[: m - 3])  # 0 then 1 at consecutive elements
     return stride, int(v[0]) + int(np.count_nonzero(up))
 
 

@@ -66,7 +66,11 @@ def prompt_key(prompt_ids: np.ndarray, *, seed: int = 0) -> int:
 
 
 def _compact(ids: np.ndarray) -> np.ndarray:
-    return ids.astype(np.int32) if ids.size == 0 or int(ids.max()) < 2**31 else ids.copy()
+    # the ufunc's reduce: ndarray.max goes through a Python wrapper (a pool entry per row)
+    return ids.astype(np.int32) if ids.size == 0 or int(_MAX(ids)) < 2**31 else ids.copy()
+
+
+_MAX = np.maximum.reduce
 
 
 class BottomK:
@@ -315,22 +319,25 @@ def scan_unit(
 
 
 def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> None:
-    st = part.stats.get(row.source)
+    source = row.source
+    n_prompt = row.n_prompt_tokens
+    n_resp = row.n_response_tokens
+    st = part.stats.get(source)
     if st is None:
-        st = part.stats[row.source] = SourceStats()
-        part.pools[row.source] = BottomK(part.k, sample=part.sample)
+        st = part.stats[source] = SourceStats()
+        part.pools[source] = BottomK(part.k, sample=part.sample)
     st.rows += 1
-    st.prompt_tokens += row.n_prompt_tokens
-    st.response_tokens += row.n_response_tokens
-    st.prompt_lengths[row.n_prompt_tokens] += 1
-    st.response_lengths[row.n_response_tokens] += 1
+    st.prompt_tokens += n_prompt
+    st.response_tokens += n_resp
+    st.prompt_lengths[n_prompt] += 1
+    st.response_lengths[n_resp] += 1
     st.seq_lengths[row.seq_len] += 1
     st.trained_turns[row.trained_turns] += 1
-    if row.n_prompt_tokens + row.n_response_tokens != row.seq_len:
+    if n_prompt + n_resp != row.seq_len:
         _flag(part, row, "length_sum_mismatch")
     prompt = row.prompt_ids
     key = prompt_key(prompt, seed=seed)
-    pool = part.pools[row.source]
+    pool = part.pools[source]
     if not pool.offer_key(key):
         pool.reject()
         return

@@ -509,6 +509,21 @@ def iter_lines(
         try:
             if start:
                 fh.seek(start)
+            if shard.name.endswith(".jsonl"):
+                if 0 <= stop <= offset:
+                    return
+                for line, size in _plain_lines(fh, max_line_bytes, offset, stop):
+                    lineno += 1
+                    at = offset
+                    offset += size
+                    if line is not None:
+                        if line.startswith(_BOM):
+                            line = line[3:]
+                        line = line.rstrip(b"\r")  # the newline is cut already
+                    yield lineno, at, line
+                    if 0 <= stop <= offset:
+                        return
+                return
             while stop < 0 or offset < stop:
                 line, size = _next_line(fh, max_line_bytes)
                 if not size or (line is not None and not line.endswith(b"\n")):
@@ -531,6 +546,87 @@ def iter_lines(
             if err is exc:
                 raise
             raise err from exc
+
+
+#: The blocks a plain shard is read in grow from the first size to the largest (one read-back
+#: line reads little). Not larger: reads of 2 MB or more took three times the kernel time of
+#: 1 MB reads here (1.0 vs 0.35 s for the 1.5 GB benchmark corpus).
+_FIRST_BLOCK = 1 << 16
+_LARGEST_BLOCK = 1 << 20
+#: Buffers of finished reads, for the next (a fresh one is zeroed, page by page).
+_SPARE: list[bytearray] = []
+
+
+def _plain_lines(
+    fh: IO[bytes], limit: int, pos: int, stop: int
+) -> Iterator[tuple[bytes | None, int]]:
+    """``(line, size)`` for each line of a plain stream read from byte ``pos``: the line without
+    its newline (None when longer than ``limit`` bytes: not held, only counted) and its size
+    with the newline; the last line may lack one.
+
+    The stream is read into a reused buffer, in blocks that grow to :data:`_LARGEST_BLOCK`
+    (smaller near ``stop``, past which only the line begun before it is finished), and each
+    line is cut out with one copy; ``readline`` would scan every byte in Python's own loop and
+    the newline strip would copy each line again.
+    """
+    largest = _LARGEST_BLOCK
+    buf = _SPARE.pop() if _SPARE else bytearray(largest)  # list.pop: atomic across threads
+    if len(buf) < largest:
+        buf = bytearray(largest)
+    try:
+        yield from _cut_plain(fh, buf, limit, pos, stop, largest)
+    finally:
+        if len(_SPARE) < 2:
+            _SPARE.append(buf)
+
+
+def _cut_plain(
+    fh: IO[bytes], buf: bytearray, limit: int, pos: int, stop: int, largest: int
+) -> Iterator[tuple[bytes | None, int]]:
+    view = memoryview(buf)
+    readinto = getattr(fh, "readinto", None)
+    block = min(_FIRST_BLOCK, largest)
+    parts: list[bytes] | None = []  # the pieces of a line begun in an earlier block
+    held = 0  # its bytes so far (0: no line is begun)
+    while True:
+        want = block if stop < 0 else min(block, max(stop - pos, _FIRST_BLOCK))
+        if readinto is not None:
+            got = readinto(view[:want])
+        else:  # a file object without readinto (some fsspec files)
+            chunk = fh.read(want)
+            got = len(chunk)
+            view[:got] = chunk
+        if not got:
+            break
+        i = 0
+        while True:
+            j = buf.find(b"\n", i, got)
+            if j < 0:
+                break
+            if held:
+                size = held + j + 1 - i
+                line = None
+                if parts is not None and size - 1 <= limit:
+                    parts.append(bytes(view[i:j]))
+                    line = b"".join(parts)
+                parts, held = [], 0
+            else:
+                size = j + 1 - i
+                line = bytes(view[i:j]) if j - i <= limit else None
+            yield line, size
+            i = j + 1
+        if i < got:
+            held += got - i
+            if parts is not None:
+                if held > limit:
+                    parts = None  # too long: drop what was read, count the rest
+                else:
+                    parts.append(bytes(view[i:got]))
+        pos += got
+        if block < largest and (stop < 0 or pos < stop):
+            block = min(2 * block, largest)
+    if held:
+        yield (b"".join(parts) if parts is not None else None), held
 
 
 #: Decompressed bytes per block of a compressed read-back, and compressed bytes fed per call.
