@@ -125,9 +125,15 @@ def build_suite(
     started = time.perf_counter()
     stack = contextlib.ExitStack()
     with stack:
-        # Sources whose shards are all read are selected in a thread while the pass's worker
-        # processes read the others (_EarlySelection).
-        early_sel = _EarlySelection(config, stack) if config.engine == "local" else None
+        # With one worker, sources whose shards are all read are selected in a thread while
+        # the pass's worker process reads the others (_EarlySelection). Not with more: the
+        # workers keep both cores busy, and a third consumer made the export slower (measured
+        # on the benchmark corpus, two workers: 20.7 / 19.7 s without, 22.0 / 23.8 s with).
+        early_sel = (
+            _EarlySelection(config, stack)
+            if config.workers == 1 and config.engine == "local"
+            else None
+        )
         run = _run_pass(
             data,
             tokenizer,
@@ -158,12 +164,7 @@ def build_suite(
         if early_sel is not None:
             if parallel and early_sel.pool is not None:
                 kept = early_sel.take(part, early or {})
-                if config.workers > 1:
-                    # What the thread has not started goes to the workers' processes (forked
-                    # once the thread is idle), unless one source is left.
-                    kept = early_sel.settle(kept)
-                if config.workers == 1 or len(part.stats) - len(kept) <= 1:
-                    pool = early_sel.pool  # what is left, in the same thread
+                pool = early_sel.pool  # what is left, in the same thread
             else:
                 early_sel.reset(wait=parallel)
         if pool is None:
@@ -476,7 +477,7 @@ def _run_pass(
     learned again from it, and if anything differs the pass runs again with those, with a
     warning. Otherwise the tokenizer is loaded first. With ``overlap``, on a large corpus the
     pass runs in a worker process while this one imports what selection and the report need,
-    and ``early`` selects (and decodes) the sources whose shards are all read meanwhile.
+    and ``early`` (one worker) selects and decodes the sources whose shards are read meanwhile.
     """
     tok = tinfo = checks = loading = None
     name = ""
@@ -796,9 +797,9 @@ class _EarlyJob:
 
 
 class _EarlySelection:
-    """Sources selected, read back and decoded during the pass, in one thread (with one worker
-    the other core is idle while the pass's worker process reads the largest shards, which it
-    reads last; with more, the thread fills the gaps the workers leave).
+    """Sources selected, read back and decoded during a one-worker pass, in the selection
+    thread (the other core is idle while the pass's worker process reads the largest shards,
+    which it reads last).
 
     At the end of each shard (:func:`~distprompt.read.scan.scan`'s ``on_shard``), each source
     the shard added no row to is submitted, with what the pass knows of it so far: its pool,
@@ -910,17 +911,6 @@ class _EarlySelection:
         self._jobs.clear()
         self._rows.clear()
         self._closed = False
-
-    def settle(self, kept: dict[Future[Any], str]) -> dict[Future[Any], str]:
-        """Those of ``kept`` that are done; the others are cancelled, and the one under way
-        waited for (the thread is then idle: this process can fork)."""
-        for fut in kept:
-            fut.cancel()
-        for fut in kept:
-            if not fut.cancelled():
-                with contextlib.suppress(Exception):
-                    fut.result()
-        return {f: s for f, s in kept.items() if f.done() and not f.cancelled()}
 
     def take(self, part: Partial, quotas: dict[str, Quota]) -> dict[Future[Any], str]:
         """The submissions still right for the finished pass ``part``; the others are dropped
