@@ -1,4 +1,4 @@
-"""Where the pass runs: in this process, a local process pool (:func:`process_map`), or as
+"""Where the pass runs: in this process, a local process pool (:func:`process_pool`), or as
 tasks on a Ray cluster (:func:`ray_map`).
 
 The pass is a map of one picklable function over work units (a shard, or a byte range of one), each
@@ -42,7 +42,6 @@ __all__ = [
     "MAX_RETRIES",
     "UnitFailure",
     "connect_ray",
-    "process_map",
     "process_pool",
     "ray_map",
     "ray_unit_bytes",
@@ -74,27 +73,11 @@ class UnitFailure:
 
 
 @contextlib.contextmanager
-def process_map(fn: Callable[[T], R], args: Sequence[T], *, workers: int) -> Iterator[Iterator[R]]:
-    """``fn`` over ``args`` in ``workers`` local processes; results in the order of ``args``.
-
-    Ctrl-C is handled by this process only (the workers ignore SIGINT, so they do not each
-    print a traceback); on an error or an interruption in the ``with`` body the queued work is
-    cancelled and the workers are terminated rather than left to finish.
-
-    Example:
-        >>> with process_map(abs, [-1, 2], workers=1) as results:  # doctest: +SKIP
-        ...     list(results)
-        [1, 2]
-    """
-    with process_pool(workers) as ex:
-        yield ex.map(fn, args)
-
-
-@contextlib.contextmanager
 def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
-    """A pool of ``workers`` local processes, with :func:`process_map`'s handling of Ctrl-C and
-    errors: on an error or an interruption in the ``with`` body the queued work is cancelled and
-    the workers are terminated.
+    """A pool of ``workers`` local processes. Ctrl-C is handled by this process only (the
+    workers ignore SIGINT, so they do not each print a traceback); on an error or an
+    interruption in the ``with`` body the queued work is cancelled and the workers are
+    terminated rather than left to finish.
 
     Example:
         >>> with process_pool(2) as ex:  # doctest: +SKIP
