@@ -254,6 +254,7 @@ def build_suite(
                     assert plots is not None
                     plots.send(without_items)
 
+            ready = early_sel.decoded(kept) if early_sel is not None else None
             selected_counts, items, evidence = _select_and_decode(
                 part,
                 quotas,
@@ -265,12 +266,12 @@ def build_suite(
                 submitted=submitted,
                 on_selected=draw,
                 on_last=start_plots,
-                decoded=early_sel.decoded(kept) if early_sel is not None else None,
+                decoded=ready,
             )
-            if early_sel is not None and kept:
+            if ready is not None and kept:
                 logger.info(
                     "decoded during the pass: %d of the %d sources selected then",
-                    sum(early_sel.decoded(kept)(s) is not None for s in kept.values()),
+                    sum(ready(s) is not None for s in kept.values()),
                     len(kept),
                 )
         except BaseException:
@@ -774,9 +775,12 @@ def _select_job(
     stats: SourceStats,
     cands: list[Candidate] | None = None,
 ) -> tuple[list[tuple[Candidate, int, float]], SourceEvidence | None]:
-    """:func:`_select_source` in a worker process (on one BLAS thread, as here); a forked
-    worker finds the pool in :data:`_SELECTING` (copying it costs a second and tens of MB)."""
-    with _one_thread():
+    """:func:`_select_source` in a worker process (on one BLAS thread, as here) or the selection
+    thread (whose pool set that for the process: the limits are not set from two threads); a
+    forked worker finds the pool in :data:`_SELECTING` (copying it costs a second and tens of
+    MB)."""
+    in_process = threading.current_thread() is threading.main_thread()
+    with _one_thread() if in_process else contextlib.nullcontext():
         try:
             return _select_source(
                 _SELECTING[source] if cands is None else cands, quota, config, stats
@@ -1065,7 +1069,8 @@ def _select_and_decode(
         on_selected({s: len(results[s][0]) for s in sources}, evidence)
 
     results: dict[str, tuple[list[tuple[Candidate, int, float]], Any]] = {}
-    with _one_thread():
+    # BLAS on one thread where this thread selects; a pool's thread or processes set it there.
+    with _one_thread() if submitted is None else contextlib.nullcontext():
         if submitted is None:
             for s in sources:
                 if s == sources[-1]:

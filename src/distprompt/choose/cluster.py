@@ -41,8 +41,9 @@ def nearest(
     dmin = np.empty(x.shape[0])
     for s in range(0, x.shape[0], chunk):
         d = sq_distances(x[s : s + chunk], c, x_sq=None if x_sq is None else x_sq[s : s + chunk])
-        labels[s : s + chunk] = np.argmin(d, axis=1)
-        dmin[s : s + chunk] = d.min(axis=1)
+        best = np.argmin(d, axis=1)
+        labels[s : s + chunk] = best
+        dmin[s : s + chunk] = np.take_along_axis(d, best[:, None], axis=1)[:, 0]  # no 2nd scan
     return labels, dmin
 
 
