@@ -378,3 +378,83 @@ def test_the_first_error_in_shard_order_is_raised_though_a_later_shard_fails_fir
     skipped = scan(shards, max_candidates=20, workers=workers, processes=True, on_error="skip")
     assert skipped.tally.first_skip == {"missing_loss_mask": "a.jsonl:71"}
     assert sum(skipped.tally.skipped.values()) == 2
+
+
+def _same_candidate(a: Any, b: Any) -> None:
+    import dataclasses
+
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            assert isinstance(x, np.ndarray) and isinstance(y, np.ndarray), f.name
+            assert x.dtype == y.dtype and np.array_equal(x, y), f.name
+        else:
+            assert type(x) is type(y) and x == y, f.name
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 40])
+def test_pool_pickles_by_column_to_the_same_pool(n: int) -> None:
+    """A pool sent between processes comes back with every field of every entry, in the same
+    order, and keeps and evicts the same entries afterwards."""
+    import dataclasses
+    import pickle
+
+    from distprompt.records import Provenance
+
+    rng = np.random.default_rng(n)
+    pool = BottomK(30, sample=5)
+    for i in range(n):
+        c = candidate(
+            int(rng.integers(0, 2**64, dtype=np.uint64)),
+            source=("a", "bé")[i % 2],
+            n_prompt=int(rng.integers(0, 9)),
+            n_resp=i % 4,
+            shard=f"s{i % 3}.jsonl",
+            line=i + 1,
+        )
+        held = i % 3 == 0  # some entries hold their ids, others only a window
+        c = dataclasses.replace(
+            c,
+            prompt_ids=c.prompt_ids if held else None,
+            prompt_mask=c.prompt_mask if held else None,
+            response_ids=c.response_ids if i % 2 else None,
+            window=c.prompt_ids if i % 5 == 0 else np.arange(i % 6, dtype=np.int32),
+            n_prompt=-1 if held else len(c.prompt_ids),
+            n_first_response=i % 4 if i % 2 == 0 else -1,
+            count=1 + i % 3,
+            provenance=Provenance(c.provenance.shard, c.provenance.line, 10 * i),
+        )
+        pool.add(c)
+        if pool.sample is not None and held:
+            pool.sample.add(c)
+    again = pickle.loads(pickle.dumps(pool))
+    assert list(again._entries) == list(pool._entries)
+    assert (again.k, again.saturated, sorted(again._heap)) == (
+        pool.k,
+        pool.saturated,
+        sorted(pool._heap),
+    )
+    for a, b in zip(pool.candidates(), again.candidates(), strict=True):
+        _same_candidate(a, b)
+        assert (a.window is a.prompt_ids) == (b.window is b.prompt_ids)
+    assert pool.sample is not None and again.sample is not None
+    for a, b in zip(pool.sample.candidates(), again.sample.candidates(), strict=True):
+        _same_candidate(a, b)
+    for key in rng.integers(0, 2**64, size=50, dtype=np.uint64).tolist():
+        pool.add(candidate(key))
+        again.add(candidate(key))
+    assert list(again._entries) == list(pool._entries)
+    assert again.distinct() == pool.distinct()
+
+
+def test_pool_pickles_arrays_of_mixed_dtypes_as_they_are() -> None:
+    import dataclasses
+    import pickle
+
+    pool = BottomK(5)
+    pool.add(candidate(1, n_prompt=3))
+    wide = candidate(2, n_prompt=3)
+    pool.add(dataclasses.replace(wide, prompt_ids=wide.prompt_ids.astype(np.int64)))
+    again = pickle.loads(pickle.dumps(pool))
+    for a, b in zip(pool.candidates(), again.candidates(), strict=True):
+        _same_candidate(a, b)
