@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from distprompt.errors import TokenizerError
-from distprompt.recover.decode import decode, load_tokenizer
+from distprompt.recover.decode import decode, encode_many, load_tokenizer
 
 from factories import chat_rows
 
@@ -51,3 +51,20 @@ def test_the_prompt_span_decodes_to_text_that_retokenizes_to_its_ids(any_tokeniz
         assert special and len(plain) < len(text)
         for t in special:
             assert any_tokenizer.convert_ids_to_tokens(t) not in plain
+
+
+@pytest.mark.parametrize("special", [False, True])
+def test_encode_many_gives_the_ids_of_encode_one_text_at_a_time(
+    any_tokenizer: Any, special: bool
+) -> None:
+    texts = ["", "Hello", "Ünïcödé — 漢字 and code: def f(x):\n    return x", " lead", "a\n\n\tb"]
+    want = [any_tokenizer.encode(t, add_special_tokens=special) for t in texts]
+    assert encode_many(any_tokenizer, texts, add_special_tokens=special) == want
+
+    class EncodeOnly:  # no batch call: one text at a time, the keyword only when False
+        def encode(self, text: str, **kw: Any) -> list[int]:
+            assert kw in ({}, {"add_special_tokens": False})
+            return list(any_tokenizer.encode(text, **kw))
+
+    assert encode_many(EncodeOnly(), texts, add_special_tokens=special) == want
+    assert encode_many(any_tokenizer, []) == []

@@ -282,25 +282,26 @@ def count_round_trips(
     tok: Any, cands: Sequence[Any], vocab_size: int
 ) -> tuple[int, int, str | None]:
     """``(ok, sampled, first failing shard:line)`` over candidates with in-vocabulary ids."""
-    from distprompt.recover.decode import decode
+    from distprompt.recover.decode import decode, encode_many
 
-    ok = n = 0
+    ok = 0
     first: str | None = None
+    tried = []
     for c in cands:
         ids = c.prompt_ids
         assert ids is not None, "load_candidates() first"
         if ids.size and int(ids.max()) >= vocab_size:
             continue
-        n += 1
-        text = decode(tok, ids.tolist())
-        again = tok.encode(text, add_special_tokens=False)
-        if list(again) == ids.tolist():
+        tried.append((c, ids.tolist()))
+    texts = [decode(tok, ids) for _, ids in tried]
+    for (c, ids), again in zip(tried, encode_many(tok, texts), strict=True):
+        if again == ids:
             ok += 1
         elif first is None or _loc_key(f"{c.provenance.shard}:{c.provenance.line}") < _loc_key(
             first
         ):
             first = f"{c.provenance.shard}:{c.provenance.line}"
-    return ok, n, first
+    return ok, len(tried), first
 
 
 def _loc_key(where: str) -> tuple[str, int]:

@@ -22,7 +22,6 @@ Example:
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -77,14 +76,10 @@ def sharegpt_lengths(items: Sequence[SuiteItem], tokenizer: Any) -> list[tuple[i
     """
     if not items:
         return []
+    from distprompt.recover.decode import encode_many
+
     texts = [t for it in items for t in (last_user_text(it), it.response or "")]
-    base = getattr(sys.modules.get("transformers"), "PreTrainedTokenizerBase", None)
-    if base is not None and isinstance(tokenizer, base):
-        # One call for all texts: a fast tokenizer encodes them on every core (the responses of
-        # agent rows are tens of thousands of tokens: ~0.5 s one by one on the benchmark).
-        ids = tokenizer(texts, add_special_tokens=True)["input_ids"]
-    else:
-        ids = [tokenizer.encode(t) for t in texts]
+    ids = encode_many(tokenizer, texts, add_special_tokens=True)
     return [(len(ids[i]), len(ids[i + 1])) for i in range(0, len(ids), 2)]
 
 
