@@ -211,8 +211,8 @@ def test_selection_and_plots_in_worker_processes_write_the_same_files(
     real_pool = pipeline._selection_pool
 
     @contextlib.contextmanager
-    def recording(n: int):  # type: ignore[no-untyped-def]
-        with real_pool(n) as pool:
+    def recording(n: int, **kw):  # type: ignore[no-untyped-def]
+        with real_pool(n, **kw) as pool:
             pools.append(type(pool).__name__)
             yield pool
 
@@ -255,10 +255,10 @@ def test_a_source_selected_during_the_pass_is_used_only_if_nothing_changed(
     # Read in the order A1 A2 A3 A4: by size, but the smallest (A3) just before the largest.
     if case == "more rows later":  # a in A1 and in A4: selected after A2, then more rows
         layout, kw = {"A1": a[:6], "A2": b, "A3": d, "A4": a[6:] + c}, {"per_source": 5}
-        said = "2 of 4 sources (1 submitted then, not used)"  # b and d used
+        said, unused = "2 of 4 sources", 1  # b and d used
     else:  # b and c selected with a total of 12 split over the sources read, then a comes
         layout, kw = {"A1": b[:6], "A2": c, "A3": d, "A4": a}, {"total": 12}
-        said = "1 of 4 sources (2 submitted then, not used)"  # d used
+        said, unused = "1 of 4 sources", 2  # d used
     root = tmp_path / "prepared"
     for name, rows in layout.items():
         write_shard(root / name / "tokenized_data.jsonl", rows)
@@ -268,7 +268,67 @@ def test_a_source_selected_during_the_pass_is_used_only_if_nothing_changed(
     monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
     with caplog.at_level("INFO", logger="distprompt.pipeline"):
         suite = build_suite(root, tokenizer=qwen_dir, seed=3, workers=1, **kw)
-    assert f"selected during the pass: {said}" in caplog.text
+    assert f"submitted during the pass and still right: {said}" in caplog.text
+    assert f"; {unused} submitted then, not used" in caplog.text
+    there = suite.save(tmp_path / "there")
+    for name in ("suite.jsonl", "manifest.json", "report.json", "openai.jsonl"):
+        assert (here / name).read_bytes() == (there / name).read_bytes(), name
+
+
+def test_one_source_is_selected_at_a_time_during_the_pass_and_two_after_it(
+    tmp_path: Path,
+    qwen_dir: Path,
+    qwen_tokenizer,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # One worker: the selection thread works beside the pass's worker process, the second
+    # selection thread only once the pass is over (its worker's core is free then); sources
+    # submitted during the pass but not started by its end are selected with the rest, the
+    # largest first. The same files either way.
+    import threading
+    import time
+
+    from distprompt import pipeline
+
+    root = tmp_path / "prepared"
+    for i, (src, n) in enumerate((("a", 12), ("b", 14), ("c", 16), ("d", 18), ("e", 40))):
+        write_shard(root / f"A{i}" / "tokenized_data.jsonl", chat_rows(qwen_tokenizer, src, n))
+    here = build_suite(root, tokenizer=qwen_dir, seed=3, per_source=4).save(tmp_path / "here")
+
+    over = threading.Event()
+    lock = threading.Lock()
+    running = {"now": 0, "during": 0, "after": 0}
+    real_job, real_close = pipeline._select_job, pipeline._EarlySelection.close
+
+    def select_job(*args, **kwargs):  # type: ignore[no-untyped-def]
+        with lock:
+            running["now"] += 1
+            when = "after" if over.is_set() else "during"
+            running[when] = max(running[when], running["now"])
+        try:
+            # during the pass, the first source's selection lasts until the pass is over, so
+            # that the next ones are still queued then; after it, long enough to overlap
+            if not over.wait(timeout=30):
+                raise AssertionError("the pass did not end")
+            time.sleep(0.2)
+            return real_job(*args, **kwargs)
+        finally:
+            with lock:
+                running["now"] -= 1
+
+    def close(self) -> None:  # type: ignore[no-untyped-def]
+        over.set()
+        real_close(self)
+
+    monkeypatch.setattr(pipeline, "_select_job", select_job)
+    monkeypatch.setattr(pipeline._EarlySelection, "close", close)
+    monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
+    with caplog.at_level("INFO", logger="distprompt.pipeline"):
+        suite = build_suite(root, tokenizer=qwen_dir, seed=3, per_source=4, workers=1)
+    assert (running["during"], running["after"]) == (1, 2)
+    assert "submitted during the pass and still right: 4 of 5 sources" in caplog.text
+    assert "run with the rest); 0 submitted then, not used" in caplog.text
     there = suite.save(tmp_path / "there")
     for name in ("suite.jsonl", "manifest.json", "report.json", "openai.jsonl"):
         assert (here / name).read_bytes() == (there / name).read_bytes(), name

@@ -174,9 +174,11 @@ def build_suite(
             submitted = kept | _submit_selection(part, early, config, pool, list(kept.values()))
             if early_sel is not None:
                 logger.info(
-                    "selected during the pass: %d of %d sources (%d submitted then, not used)",
-                    len(kept),
+                    "submitted during the pass and still right: %d of %d sources (%d of them "
+                    "not started by its end, run with the rest); %d submitted then, not used",
+                    len(kept) + early_sel.queued,
                     len(part.stats),
+                    early_sel.queued,
                     early_sel.redone,
                 )
         run = _judged(run, config)
@@ -823,12 +825,18 @@ class _EarlySelection:
         self._rows: dict[str, int] = {}
         self._jobs: dict[str, _EarlyJob] = {}
         self.redone = 0
+        self.queued = 0
         #: Set by the pass: the shards, and how the thread gets the tokenizer (it waits for
         #: it; None: not loaded) to decode each source it selected while the pass runs.
         self.shards: Sequence[Shard] = ()
         self.tokenizer: Callable[[], tuple[Any, TokenizerInfo] | None] | None = None
         self._lock = threading.Lock()
         self._closed = False
+        # Two selection threads, one of them at work while the pass runs (a third CPU consumer
+        # beside the pass's worker and the tokenizer's load slowed the pass), both once it is
+        # over (its worker's core is free then): :meth:`close` opens the gate.
+        self._gate = threading.Semaphore(1)
+        self._gate_open = False
         #: The template profile learned in the thread, with its tokenizer and the warnings
         #: its learning gave (said by the caller where it says them without this).
         self.profile: tuple[Any, Any, list[str]] | None = None
@@ -852,7 +860,7 @@ class _EarlySelection:
         except ConfigError:
             return  # raised after the pass, as without
         if self.pool is None:
-            self.pool = self._stack.enter_context(_selection_pool(1))
+            self.pool = self._stack.enter_context(_selection_pool(1, threads=2))
         pool = self.pool
         assert pool is not None
         for s in sorted(ready, key=lambda s: (-len(part.pools[s]), s)):
@@ -873,6 +881,17 @@ class _EarlySelection:
     ) -> tuple[list[tuple[Candidate, int, float]], SourceEvidence | None]:
         """The source's selection, then (while the pass runs and the tokenizer is loaded) its
         items: read back and decoded as :func:`_select_and_decode` would."""
+        with self._gate:
+            return self._gated(source, quota, stats, cands, decoded)
+
+    def _gated(
+        self,
+        source: str,
+        quota: Quota,
+        stats: SourceStats,
+        cands: list[Candidate],
+        decoded: dict[str, Any],
+    ) -> tuple[list[tuple[Candidate, int, float]], SourceEvidence | None]:
         result = _select_job(source, quota, self._config, stats, cands)
         got = self.tokenizer() if self.tokenizer is not None and not self._closed else None
         if got is None:
@@ -896,6 +915,12 @@ class _EarlySelection:
         this thread uses the tokenizer from now on."""
         with self._lock:
             self._closed = True
+        self._open_gate()
+
+    def _open_gate(self) -> None:
+        if not self._gate_open:
+            self._gate_open = True
+            self._gate.release()
 
     def decoded(self, kept: dict[Future[Any], str]) -> Callable[[str], Any]:
         """For each source of ``kept``, once its future is done: its picks and items if the
@@ -908,6 +933,7 @@ class _EarlySelection:
         fork)."""
         for job in self._jobs.values():
             job.future.cancel()
+        self._open_gate()  # no job left waiting at it (one under way runs to its end)
         for job in self._jobs.values() if wait else ():
             if not job.future.cancelled():
                 with contextlib.suppress(Exception):
@@ -915,6 +941,7 @@ class _EarlySelection:
         self._jobs.clear()
         self._rows.clear()
         self._closed = False
+        self._gate, self._gate_open = threading.Semaphore(1), False
 
     def take(self, part: Partial, quotas: dict[str, Quota]) -> dict[Future[Any], str]:
         """The submissions still right for the finished pass ``part``; the others are dropped
@@ -923,6 +950,9 @@ class _EarlySelection:
         self._jobs_kept = {}
         for s, job in sorted(self._jobs.items()):
             if s in quotas and job.quota == quotas[s] and job.stats == part.stats.get(s):
+                if job.future.cancel():
+                    self.queued += 1  # not started: submitted again with the rest, largest first
+                    continue
                 kept[job.future] = s
                 self._jobs_kept[s] = job
             else:
@@ -933,11 +963,12 @@ class _EarlySelection:
 
 
 @contextlib.contextmanager
-def _selection_pool(workers: int) -> Iterator[Executor | None]:
+def _selection_pool(workers: int, *, threads: int = 1) -> Iterator[Executor | None]:
     """Where the sources are selected while this thread runs the tokenizer checks and decodes
-    the sources already selected: ``workers`` forked processes for 2 or more, one thread for 1
-    (no copied pages; selection's numpy and scipy work and the tokenizer's Rust code leave the
-    interpreter lock often enough to overlap), None for 0 (all of it here, one after another).
+    the sources already selected: ``workers`` forked processes for 2 or more, ``threads``
+    threads for 1 (no copied pages; selection's numpy and scipy work and the tokenizer's Rust
+    code leave the interpreter lock often enough to overlap), None for 0 (all of it here, one
+    after another).
     """
     if workers != 1:
         with _forked_pool(workers) as procs:
@@ -948,7 +979,7 @@ def _selection_pool(workers: int) -> Iterator[Executor | None]:
     # BLAS on one thread for the whole time the selection thread runs: threadpoolctl's limits
     # are the process's, so they are set (and restored) once, here, not from two threads.
     with _one_thread():
-        pool = ThreadPoolExecutor(1, thread_name_prefix="distprompt-select")
+        pool = ThreadPoolExecutor(threads, thread_name_prefix="distprompt-select")
         try:
             yield pool
         except BaseException:
