@@ -188,8 +188,9 @@ def test_selection_and_plots_in_worker_processes_write_the_same_files(
     during_pass: bool,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # A large corpus selects its sources in a thread with one worker (those whose shards are
-    # read during the pass, the others after it), in worker processes with more, and any
+    # A large corpus selects its sources in threads with one worker (one thread for those
+    # whose shards are read during the pass, two for the others after it) and with two, in
+    # worker processes with more, and any
     # large corpus draws its plots in a fresh process; every file (suite, exports, report,
     # PNGs, manifest) must be the bytes of the run in this process.
     from distprompt import pipeline
@@ -224,9 +225,13 @@ def test_selection_and_plots_in_worker_processes_write_the_same_files(
     assert one._plots is not None  # the plots in a fresh process
     suite = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3, workers=workers)
     assert suite._plots is not None
-    # One worker: selection in a thread (2 of the 3 sources during the pass, the one of the
-    # shard read last after it) beside the checks and the decoding; more: processes.
-    assert pools == ["ThreadPoolExecutor", "ProcessPoolExecutor"]
+    # One worker: selection in threads (2 of the 3 sources during the pass, the one of the
+    # shard read last after it) beside the checks and the decoding; two: threads; three:
+    # processes.
+    assert pools == [
+        "ThreadPoolExecutor",
+        "ThreadPoolExecutor" if workers == 2 else "ProcessPoolExecutor",
+    ]
     names = sorted(str(p.relative_to(here)) for p in here.rglob("*") if p.is_file())
     assert any(n.endswith(".png") for n in names)
     for there in (one.save(tmp_path / "c"), suite.save(tmp_path / "b")):
