@@ -1083,9 +1083,9 @@ def _select_and_decode(
     runs, and the results are put in source order: the same items, counts and evidence either
     way. ``on_selected`` is called with the counts and the evidence once every source is
     selected, before the last items are decoded (all of them, in this thread); ``on_last``
-    once the selections left are no more than the workers running them (before the last one,
-    without ``submitted``). ``decoded`` gives a source's picks and items when they were made
-    already (the same ones).
+    once the selections left are no more than the threads or processes running them (before
+    the last one, without ``submitted``). ``decoded`` gives a source's picks and items when
+    they were made already (the same ones).
 
     Returns:
         Items selected per source, the items (by source, then cluster), the report's evidence.
@@ -1127,7 +1127,9 @@ def _select_and_decode(
             from concurrent.futures import FIRST_COMPLETED, wait
 
             try:
-                if len(sources) <= config.workers:
+                # the selections under way at once: the pool's threads or processes
+                at_once = max(config.workers, _SELECT_THREADS)
+                if len(sources) <= at_once:
                     on_last()
                 running, done = set(submitted), list[str]()
                 while running or done:
@@ -1139,7 +1141,7 @@ def _select_and_decode(
                     for fut in sorted(ready, key=lambda f: submitted[f]):
                         results[submitted[fut]] = fut.result()
                         done.append(submitted[fut])
-                    if ready and 0 < len(sources) - len(results) <= config.workers:
+                    if ready and 0 < len(sources) - len(results) <= at_once:
                         on_last()
                     if ready and len(results) == len(sources):
                         all_selected(results)
