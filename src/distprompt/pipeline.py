@@ -26,7 +26,7 @@ from distprompt._heap import trim_heap
 from distprompt._version import __version__
 from distprompt.choose.select import select
 from distprompt.choose.stratify import Quota, allocate
-from distprompt.choose.vectorize import vectorize
+from distprompt.choose.vectorize import FEATURE_BUDGET, vectorize
 from distprompt.config import Config, OnError, resolve
 from distprompt.corpus import CorpusInfo, corpus_info
 from distprompt.errors import ConfigError, InputError, TokenizerError
@@ -1026,6 +1026,70 @@ def _forked_pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
         gc.unfreeze()
 
 
+#: Feature tokens (:data:`~distprompt.choose.vectorize.FEATURE_BUDGET` bounds a pool's) the pools
+#: selected at once in threads may hold between them: one pool at its bound and a smaller one, not
+#: two large ones (measured on the benchmark corpus: the 18k-candidate pool's selection peaks at
+#: 126 MB, the SWE pool's at 84 MB, the eight others' at 27-44 MB).
+_SELECT_TOKENS = FEATURE_BUDGET * 3 // 2
+
+
+class _Fitting:
+    """Jobs on a thread pool, each started by the first free thread once its weight fits: the
+    weights of the jobs under way and its own at most ``limit`` between them (a job alone
+    always starts). Among the jobs that fit, the first submitted starts first. The futures are
+    this class's own; one still waiting can be cancelled."""
+
+    def __init__(self, pool: Executor, limit: int) -> None:
+        self._pool = pool
+        self._limit = limit
+        self._cond = threading.Condition()
+        self._waiting: list[tuple[Future[Any], int, Callable[..., Any], tuple[Any, ...]]] = []
+        self._used = 0
+        self._running = 0
+
+    def submit(self, weight: int, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        from concurrent.futures import Future
+
+        fut: Future[Any] = Future()
+        with self._cond:
+            self._waiting.append((fut, weight, fn, args))
+            self._cond.notify_all()  # a thread waiting for a job that fits may take this one
+        self._pool.submit(self._run_next)  # one task a job: each runs whichever fits first
+        return fut
+
+    def _take(self) -> tuple[Future[Any], int, Callable[..., Any], tuple[Any, ...]] | None:
+        """The first waiting job that fits (the lock held), or None."""
+        for i, job in enumerate(self._waiting):
+            if job[0].cancelled():
+                continue
+            if self._running == 0 or self._used + job[1] <= self._limit:
+                del self._waiting[i]
+                return job
+        self._waiting = [j for j in self._waiting if not j[0].cancelled()]
+        return None
+
+    def _run_next(self) -> None:
+        with self._cond:
+            while (job := self._take()) is None and self._waiting:
+                self._cond.wait()
+            if job is None:
+                return  # the others took every job
+            fut, weight, fn, args = job
+            if not fut.set_running_or_notify_cancel():
+                return
+            self._used += weight
+            self._running += 1
+        try:
+            fut.set_result(fn(*args))
+        except BaseException as exc:  # the caller gets it from the future
+            fut.set_exception(exc)
+        finally:
+            with self._cond:
+                self._used -= weight
+                self._running -= 1
+                self._cond.notify_all()
+
+
 def _submit_selection(
     part: Partial,
     quotas: dict[str, Quota],
@@ -1037,15 +1101,25 @@ def _submit_selection(
     ``pool`` (:func:`_selection_pool`), the largest pools first.
 
     Forked workers find the pools in :data:`_SELECTING` (the workers of a fork pool are all
-    forked at the first submit); :func:`_select_and_decode` empties it once they are done. A
-    thread is handed them.
+    forked at the first submit); :func:`_select_and_decode` empties it once they are done.
+    Threads are handed them, and start a source once it fits beside those under way
+    (:class:`_Fitting`, :data:`_SELECT_TOKENS`).
     """
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     left = [s for s in part.stats if s not in done]
     largest_first = sorted(left, key=lambda s: (-len(part.pools[s]), s))
-    forked = multiprocessing.get_start_method() == "fork" and isinstance(pool, ProcessPoolExecutor)
+    if not isinstance(pool, ProcessPoolExecutor):  # threads: the pools' matrices in this process
+        fitting = _Fitting(pool, _SELECT_TOKENS)
+        out = {}
+        for s in largest_first:
+            cands = part.pools[s].candidates()
+            weight = min(sum(len(c.feature_ids) for c in cands), FEATURE_BUDGET)
+            args = (s, quotas[s], config, part.stats[s], cands)
+            out[fitting.submit(weight, _select_job, *args)] = s
+        return out
+    forked = multiprocessing.get_start_method() == "fork"
     if forked:
         _SELECTING.update({s: part.pools[s].candidates() for s in largest_first})
     return {
