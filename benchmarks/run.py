@@ -417,9 +417,10 @@ process (`ru_maxrss`).
 `tokenizer.json` without `transformers`, the pass runs in a worker process while the main one
 loads the tokenizer and imports what selection and the report use (so the pass shows as waiting
 in `scan`), smallest shards first; a source whose shards are read is selected and decoded in
-a thread meanwhile (pyinstrument samples the main thread only: that work shows as waiting), the
-rest after the pass while the main thread runs the tokenizer checks and decodes each selected
-source, and the plots are drawn in two subprocesses. The stage times logged by
+a thread meanwhile, one at a time (pyinstrument samples the main thread only: that work shows
+as waiting), the rest after the pass in two threads (two large pools not at once) while the
+main thread runs the tokenizer checks and decodes each selected source, and the plots are drawn
+in two subprocesses. The stage times logged by
 `-v` come first. Then `inspect` (the pass in-process).
 
 ```

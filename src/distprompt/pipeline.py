@@ -831,9 +831,9 @@ class _EarlySelection:
         self.tokenizer: Callable[[], tuple[Any, TokenizerInfo] | None] | None = None
         self._lock = threading.Lock()
         self._closed = False
-        # Two selection threads, one of them at work while the pass runs (a third CPU consumer
-        # beside the pass's worker and the tokenizer's load slowed the pass), both once it is
-        # over (its worker's core is free then): :meth:`close` opens the gate.
+        # Two selection threads, one of them at work while the pass runs (the pass's worker
+        # process has the other core; with two workers a third CPU consumer slowed the export),
+        # both once it is over (its worker's core is free then): :meth:`close` opens the gate.
         self._gate = threading.Semaphore(1)
         self._gate_open = False
         #: The template profile learned in the thread, with its tokenizer and the warnings
@@ -975,7 +975,8 @@ def _selection_pool(workers: int) -> Iterator[Executor | None]:
     Threads copy no pages, and selection's numpy and scipy work and the tokenizer's Rust code
     leave the interpreter lock often enough for two of them to overlap: measured on the
     benchmark corpus with two workers, the export took as long as with two forked processes
-    (17.6 / 19.0 s against 18.9 / 19.1 s) and its peak memory was 600 MB PSS against 663-672.
+    (17.6 / 19.0 s against 18.9 / 19.1 s) and its peak memory was 600 MB PSS against 663-672
+    (559-575 MB once two large pools were no longer selected at once: :class:`_Fitting`).
     With more cores, processes (the lock would hold more threads back; not measured here).
     """
     if workers < 1:
