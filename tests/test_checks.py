@@ -281,8 +281,9 @@ def test_checks_beside_selection_say_the_same(
 def test_a_refusal_beside_selection_in_a_thread_drops_the_sources_not_started(
     tmp_path: Path, deepseek_tokenizer: Any, qwen_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # One worker on a large corpus selects in a thread while the checks run here; when they
-    # refuse the tokenizer, the sources not yet started are dropped, not selected first.
+    # One worker on a large corpus selects in threads while the checks run here (one during
+    # the pass, two after it); when they refuse the tokenizer, the sources not yet started are
+    # dropped, not selected first: of the three, at most the two the threads hold start.
     import threading
 
     from distprompt import pipeline
@@ -304,4 +305,4 @@ def test_a_refusal_beside_selection_in_a_thread_drops_the_sources_not_started(
             build_suite(data, tokenizer=qwen_dir, per_source=3, recover_turns=False, workers=1)
     finally:
         gate.set()
-    assert len(started) == 1
+    assert 1 <= len(started) <= pipeline._SELECT_THREADS < 3
