@@ -463,3 +463,22 @@ def test_dataset_root_reads_the_shards_not_the_other_jsonl(
     ]
     assert main([*argv, "--overwrite", "--glob", "*.jsonl", "--no-progress"]) == 2
     assert "answers.jsonl:1: expected" in capsys.readouterr().err
+
+
+def test_a_compressed_corpus_is_judged_large_by_what_it_holds() -> None:
+    # A compressed shard counts as several times its size on disk: the benchmark's 1.5 GB of
+    # rows are 40 MB as .jsonl.zst, and took the small-corpus path (no parallel selection).
+    from distprompt import pipeline
+    from distprompt.records import Shard
+
+    mib = 1 << 20
+    big = pipeline._OVERLAP_BYTES
+
+    def shard(name: str, size: int) -> Shard:
+        return Shard(Path(name), name, size)
+
+    assert not pipeline._is_large([shard("a.jsonl", big // 2)])
+    assert pipeline._is_large([shard("a.jsonl", big // 2), shard("b.jsonl", big // 2)])
+    assert pipeline._is_large([shard("a.jsonl.zst", big // pipeline._COMPRESSED_FACTOR)])
+    assert pipeline._is_large([shard("a.jsonl.gz", big // 2)])
+    assert not pipeline._is_large([shard("a.jsonl.gz", mib)])
