@@ -56,8 +56,10 @@ class Config:
         near_duplicate: TF-IDF cosine at which two prompts count as near-duplicates.
         lsa_dims: Dimensions of the LSA content vectors selection works in.
         length_weight: Weight of the log prompt length beside the content vectors.
-        workers: Processes reading shards in parallel; on a corpus of 64 MiB or more, 2 or
-            more also select sources in parallel (more memory). Does not change the result.
+        workers: Processes reading shards in parallel. On a corpus of 64 MiB or more (a
+            compressed shard counts as 4x its size on disk) the sources are selected in
+            parallel after the pass: in two threads with 1 or 2, in as many processes with more
+            (more memory). Does not change the result.
         recover_turns: Recover chat ``messages`` and check fidelity (needs a chat template).
         check_tokenizer: Refuse a tokenizer that fails the checks ``inspect`` runs; False builds
             the suite anyway and records the failed verdict in the manifest.
