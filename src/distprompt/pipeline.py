@@ -888,35 +888,28 @@ class _EarlySelection:
         decoded: dict[str, Any],
     ) -> tuple[list[tuple[Candidate, int, float]], SourceEvidence | None]:
         """The source's selection, then (while the pass runs and the tokenizer is loaded) its
-        items: read back and decoded as :func:`_select_and_decode` would."""
+        items: read back and decoded as :func:`_select_and_decode` would (one job at a time
+        while the pass runs: the gate)."""
         with self._gate:
-            return self._gated(source, quota, stats, cands, decoded)
-
-    def _gated(
-        self,
-        source: str,
-        quota: Quota,
-        stats: SourceStats,
-        cands: list[Candidate],
-        decoded: dict[str, Any],
-    ) -> tuple[list[tuple[Candidate, int, float]], SourceEvidence | None]:
-        result = _select_job(source, quota, self._config, stats, cands)
-        got = self.tokenizer() if self.tokenizer is not None and not self._closed else None
-        if got is None:
-            return result
-        with self._lock:  # the tokenizer is used by one thread at a time
-            if self._closed:
+            result = _select_job(source, quota, self._config, stats, cands)
+            got = self.tokenizer() if self.tokenizer is not None and not self._closed else None
+            if got is None:
                 return result
-            tok, tinfo = got
-            if self.profile is None or self.profile[0] is not tok:
-                said: list[str] = []
-                learned = (
-                    _learn_profile(tok, tinfo, said.append) if self._config.recover_turns else None
-                )
-                self.profile = (tok, learned, said)
-            picks = _picks(result[0], self.shards, self._config)
-            decoded["items"] = (picks, _make_batch(picks, (tok, self.profile[1], self._config)))
-        return result
+            with self._lock:  # the tokenizer is used by one thread at a time
+                if self._closed:
+                    return result
+                tok, tinfo = got
+                if self.profile is None or self.profile[0] is not tok:
+                    said: list[str] = []
+                    learned = (
+                        _learn_profile(tok, tinfo, said.append)
+                        if self._config.recover_turns
+                        else None
+                    )
+                    self.profile = (tok, learned, said)
+                picks = _picks(result[0], self.shards, self._config)
+                decoded["items"] = (picks, _make_batch(picks, (tok, self.profile[1], self._config)))
+            return result
 
     def close(self) -> None:
         """No more decoding in the thread (waits for the one under way): the pass is over, and
