@@ -81,7 +81,7 @@ def _export(out: Path, qwen_dir: Path, **kw: Any) -> None:
     ).save(out)
 
 
-@pytest.mark.parametrize("how", ["w1", "w2", "w2-ranges", "overlap"])
+@pytest.mark.parametrize("how", ["w1", "w2", "w2-ranges", "overlap", "w2-overlap"])
 def test_export_bytes_pinned(
     pinned_versions: None,
     qwen_dir: Path,
@@ -92,9 +92,11 @@ def test_export_bytes_pinned(
     from distprompt import pipeline
     from distprompt.read import scan as sample
 
-    if how == "w2-ranges":
+    if how in ("w2-ranges", "w2-overlap"):
         monkeypatch.setattr(sample, "UNIT_BYTES", 150_000)  # every shard in several ranges
-    if how == "overlap":  # the pass in a worker process while this one warms its imports
+    if how in ("overlap", "w2-overlap"):
+        # the pass in worker processes while this one warms its imports, the pools' windows
+        # in a temporary file (read back at selection), the sources selected in threads
         monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
     _export(tmp_path / "o", qwen_dir, workers=2 if how.startswith("w2") else 1)
     assert _sha(tmp_path / "o" / "suite.jsonl") == SUITE

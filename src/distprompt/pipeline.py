@@ -26,12 +26,13 @@ from distprompt._heap import trim_heap
 from distprompt._version import __version__
 from distprompt.choose.select import select
 from distprompt.choose.stratify import Quota, allocate
-from distprompt.choose.vectorize import FEATURE_BUDGET, vectorize
+from distprompt.choose.vectorize import FEATURE_BUDGET, budget_width, head_tail, vectorize
 from distprompt.config import Config, OnError, resolve
 from distprompt.corpus import CorpusInfo, corpus_info
 from distprompt.errors import ConfigError, InputError, TokenizerError
 from distprompt.read.scan import Partial, load_candidates, scan
 from distprompt.read.shards import ShardSet, find_shards
+from distprompt.read.spill import WindowStore
 from distprompt.records import Candidate, Shard, SourceStats, SuiteItem, histogram_quantiles
 from distprompt.recover.checks import (
     ROUND_TRIP_SAMPLE,
@@ -129,6 +130,9 @@ def build_suite(
         # the pass's worker process reads the others (_EarlySelection). Not with more: the
         # workers keep both cores busy, and a third consumer made the export slower (measured
         # on the benchmark corpus, two workers: 20.7 / 19.7 s without, 22.0 / 23.8 s with).
+        # The pools' windows, on a large corpus, in a temporary file (read back at selection):
+        # closed last, once every selection thread is done.
+        spill = stack.enter_context(WindowStore())
         early_sel = (
             _EarlySelection(config, stack)
             if config.workers == 1 and config.engine == "local"
@@ -146,6 +150,7 @@ def build_suite(
             need_tokenizer=True,
             judge=False,
             early=early_sel,
+            spill=spill,
         )
         tok, tinfo, found, part = run.tok, run.tinfo, run.found, run.part
         assert tinfo is not None  # need_tokenizer
@@ -212,6 +217,14 @@ def build_suite(
 
         passed = time.perf_counter()
         logger.info("tokenizer, pass and tokenizer checks: %.1f s", passed - started)
+        if spill.spilled or spill.kept:
+            logger.info(
+                "the pools' feature windows: %d written to a temporary file (%.1f MB), %d kept "
+                "in memory",
+                spill.spilled,
+                spill.size / 1e6,
+                spill.kept,
+            )
         quotas = early if early is not None else _quotas(part, config)
         for q in quotas.values():
             if q.shortfall > 0:
@@ -469,6 +482,7 @@ def _run_pass(
     round_trip_sample: int = ROUND_TRIP_SAMPLE,
     judge: bool = True,
     early: _EarlySelection | None = None,
+    spill: WindowStore | None = None,
 ) -> _Pass:
     """Find the shards, run the one pass with the row checks, then the tokenizer checks.
 
@@ -479,7 +493,8 @@ def _run_pass(
     learned again from it, and if anything differs the pass runs again with those, with a
     warning. Otherwise the tokenizer is loaded first. With ``overlap``, on a large corpus the
     pass runs in a worker process while this one imports what selection and the report need,
-    and ``early`` (one worker) selects and decodes the sources whose shards are read meanwhile.
+    and ``early`` (one worker) selects and decodes the sources whose shards are read meanwhile;
+    there, or on Ray, the merged pools keep their windows in ``spill`` when given.
     """
     tok = tinfo = checks = loading = None
     name = ""
@@ -542,6 +557,7 @@ def _run_pass(
             # of a split shard carries its own sample to the merge.
             sample=round_trip_sample if checks is not None else 0,
             on_shard=early.on_shard if early is not None and big else None,
+            spill=spill if big or config.engine == "ray" else None,
         )
 
     say = warn if warn is not None else (lambda msg: logger.warning("%s", msg))
@@ -749,8 +765,11 @@ def _select_source(
         every = [(c, 1, 1.0 / n) for c in cands]
         ev = measure_source(cands, range(n), [1.0 / n] * n, stats=stats, seed=config.seed)
         return every, ev
+    # Cut to the feature budget as they are read (a large pool's windows are read back from
+    # the window store: 40 MB for the 4x benchmark corpus's SWE pool, 12 MB once cut).
+    w = budget_width(sum(c.n_feature_ids for c in cands), len(cands), FEATURE_BUDGET)
     feats = vectorize(
-        [c.feature_ids for c in cands],
+        [c.feature_ids if w is None else head_tail(c.feature_ids, w) for c in cands],
         lengths=[c.n_prompt_tokens for c in cands],
         response_lengths=[c.first_response_length for c in cands],
         dims=config.lsa_dims,
@@ -1118,7 +1137,7 @@ def _submit_selection(
         out = {}
         for s in largest_first:
             cands = part.pools[s].candidates()
-            weight = min(sum(len(c.feature_ids) for c in cands), FEATURE_BUDGET)
+            weight = min(sum(c.n_feature_ids for c in cands), FEATURE_BUDGET)
             args = (s, quotas[s], config, part.stats[s], cands)
             out[fitting.submit(weight, _select_job, *args)] = s
         return out

@@ -11,9 +11,12 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from distprompt.read.spill import SpilledWindow
 
 __all__ = [
     "FEATURE_HEAD",
@@ -128,7 +131,9 @@ class Candidate:
     n_response_tokens: int
     provenance: Provenance  # of the first occurrence in (shard, line) order
     count: int = 1  # rows carrying this exact prompt
-    window: np.ndarray | None = None  # feature_window(prompt ids); None: from prompt_ids
+    # feature_window(prompt ids), or where it is in the pass's window store (read back when
+    # the source is selected: distprompt.read.spill); None: from prompt_ids
+    window: np.ndarray | SpilledWindow | None = None
     n_prompt: int = -1  # prompt length when prompt_ids is not held
     n_first_response: int = -1  # length of the first assistant span when response_ids is not
 
@@ -150,10 +155,19 @@ class Candidate:
     @property
     def feature_ids(self) -> np.ndarray:
         """The tokens selection features are computed from (:func:`feature_window`)."""
-        if self.window is not None:
-            return self.window
-        assert self.prompt_ids is not None
-        return feature_window(self.prompt_ids)
+        w = self.window
+        if w is None:
+            assert self.prompt_ids is not None
+            return feature_window(self.prompt_ids)
+        return w if isinstance(w, np.ndarray) else w.read()
+
+    @property
+    def n_feature_ids(self) -> int:
+        """``len(feature_ids)``, without reading a window kept in the window store."""
+        w = self.window
+        if w is None:
+            return min(self.n_prompt_tokens, FEATURE_HEAD + FEATURE_TAIL)
+        return len(w)
 
     @property
     def loaded(self) -> bool:

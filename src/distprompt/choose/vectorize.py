@@ -18,7 +18,7 @@ import numpy as np
 
 from distprompt._heap import trim_heap
 
-__all__ = ["FEATURE_BUDGET", "Features", "vectorize"]
+__all__ = ["FEATURE_BUDGET", "Features", "budget_width", "head_tail", "vectorize"]
 
 _BIGRAM_BUCKETS = 1 << 20
 _SVD_FIT_MAX = 4000  # pools larger than this fit the SVD on a uniform sample of this many
@@ -128,14 +128,30 @@ def _index_dtype(nnz: int) -> type:
     return np.int32 if nnz < 2**31 else np.int64
 
 
+def budget_width(tokens: int, n: int, budget: int = FEATURE_BUDGET) -> int | None:
+    """The ``w`` of :func:`head_tail` that keeps ``n`` prompts of ``tokens`` tokens in all
+    within about ``budget`` tokens of features, or None when they are within it whole.
+
+    Applying it twice changes nothing (``w`` depends on ``n`` and ``budget`` only): a caller
+    may cut the prompts as it reads them, and :func:`vectorize` finds them cut.
+    """
+    if tokens <= budget:
+        return None
+    return max(16, budget // (2 * n))
+
+
+def head_tail(p: np.ndarray, w: int) -> np.ndarray:
+    """The first and last ``w`` tokens of ``p`` (all of it when it has at most ``2 w``)."""
+    return p if len(p) <= 2 * w else np.concatenate([p[:w], p[len(p) - w :]])
+
+
 def _budget(prompts: Sequence[np.ndarray], budget: int) -> Sequence[np.ndarray]:
     """Each prompt's first and last ``w`` tokens, ``w`` such that the pool's features stay
     within ``budget`` tokens (prompts already within it are kept whole)."""
-    total = sum(len(p) for p in prompts)
-    if total <= budget:
+    w = budget_width(sum(len(p) for p in prompts), len(prompts), budget)
+    if w is None:
         return prompts
-    w = max(16, budget // (2 * len(prompts)))
-    return [p if len(p) <= 2 * w else np.concatenate([p[:w], p[len(p) - w :]]) for p in prompts]
+    return [head_tail(p, w) for p in prompts]
 
 
 def vectorize(

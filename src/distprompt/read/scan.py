@@ -27,6 +27,7 @@ from distprompt.config import OnError
 from distprompt.errors import CorruptStreamError, DataError, InputError, TokenizerError
 from distprompt.read.fastrow import RowView, read_row
 from distprompt.read.shards import iter_rows, lines_at, open_shard, split_shard
+from distprompt.read.spill import SpilledWindow, WindowStore
 from distprompt.read.tally import Tally, rebase_where
 from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES
 from distprompt.records import Candidate, Provenance, Row, Shard, SourceStats, feature_window
@@ -133,15 +134,32 @@ class BottomK:
         cands = list(self._entries.values())
         return (_unpickle_bottomk, (self.k, self.saturated, self.sample, *_columns(cands)))
 
-    def merge(self, other: BottomK) -> BottomK:
+    def merge(self, other: BottomK, *, spill: WindowStore | None = None) -> BottomK:
+        """Add ``other``'s entries; with ``spill``, the windows of those kept are written to
+        it (:mod:`distprompt.read.spill`) and the entries hold where they are."""
         for cand in other._entries.values():
             self.add(cand)
         self.saturated = self.saturated or other.saturated
+        if spill is not None:
+            self._spill(other._entries, spill)
         if other.sample is not None:
             if self.sample is None:
                 self.sample = BottomK(other.sample.k)
             self.sample.merge(other.sample)
         return self
+
+    def _spill(self, keys: Iterable[int], spill: WindowStore) -> None:
+        entries = self._entries
+        fresh = [
+            c
+            for key in keys
+            if (c := entries.get(key)) is not None and isinstance(c.window, np.ndarray)
+        ]
+        refs = spill.put([c.window for c in fresh])  # type: ignore[misc]
+        if refs is None:
+            return  # the file cannot be written: kept in memory (counted and warned of)
+        for c, ref in zip(fresh, refs, strict=True):
+            entries[c.key] = replace(c, window=ref)
 
     def rebase(self, shard: str, base: int) -> None:
         """Shift the line numbers of the entries read from ``shard`` by ``base``."""
@@ -185,6 +203,8 @@ def _columns(cands: list[Candidate]) -> tuple[Any, ...]:
     arrays: list[Any] = []
     for f in _ARRAYS:
         got = list(map(attrgetter(f), cands))
+        if f == "window":  # those in a window store travel as the ids
+            got = [w.read() if isinstance(w, SpilledWindow) else w for w in got]
         held = [a for a in got if a is not None]
         dtypes = {(a.dtype, a.ndim) for a in held}
         if len(dtypes) > 1 or (held and held[0].ndim != 1):
@@ -247,12 +267,14 @@ class Partial:
     shard_rows: dict[str, int] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)  # shard -> why its task kept failing
     sample: int = 0  # prompts held per source for the round-trip check (BottomK's ``sample``)
+    # Where the pools' windows go as partials are merged into this one (scan's ``spill``).
+    spill: WindowStore | None = None
 
     def merge(self, other: Partial) -> Partial:
         for src, st in other.stats.items():
             self.stats.setdefault(src, SourceStats()).merge(st)
         for src, pool in other.pools.items():
-            self.pools.setdefault(src, BottomK(self.k)).merge(pool)
+            self.pools.setdefault(src, BottomK(self.k)).merge(pool, spill=self.spill)
         self.tally.merge(other.tally)
         for name, n in other.shard_rows.items():
             self.shard_rows[name] = self.shard_rows.get(name, 0) + n
@@ -593,6 +615,7 @@ def scan(
     ray_address: str | None = None,
     sample: int = SAMPLE,
     on_shard: Callable[[Partial], None] | None = None,
+    spill: WindowStore | None = None,
 ) -> Partial:
     """One pass over all shards, in parallel processes when ``workers > 1``, or as Ray tasks
     with ``engine="ray"`` (see :mod:`distprompt.read.engine`; ``workers`` is then unused).
@@ -610,8 +633,10 @@ def scan(
     skipping, is left out and recorded in ``failed``.
 
     Args:
-        unit_bytes: Split plain shards into ranges of about this size (None: the default with
-            several workers or on Ray, whole shards with one local worker).
+        unit_bytes: Split plain shards into ranges of about this size (None: the default in
+            worker processes or on Ray, whole shards read in this process). In ranges, what a
+            worker sends back at a time stays small (a large shard's pools arrive in pieces,
+            their windows written to ``spill`` as they are merged).
         processes: Read in worker processes even with one worker (None: when ``workers > 1``);
             the caller's process is then free (the pipeline loads the tokenizer meanwhile).
         on_started: Called once the work is handed out (after the worker processes started).
@@ -626,6 +651,9 @@ def scan(
             largest), except that with several workers a unit of more than
             ``1 / (2 * workers)`` of the bytes (a large compressed shard: it cannot be split)
             starts first, lest it run alone at the end; shards are merged as they finish.
+        spill: Keep the merged pools' feature windows in this store (a temporary file,
+            :mod:`distprompt.read.spill`) rather than in memory; the caller closes it once
+            the pools are selected.
     """
     from tqdm import tqdm  # plain text bar: the CLI is its only user (tqdm.auto warns in notebooks)
 
@@ -643,11 +671,11 @@ def scan(
         from distprompt.read.engine import ray_unit_bytes
 
         unit_bytes = ray_unit_bytes(sum(s.size for s in shards), UNIT_BYTES, address=ray_address)
-    elif unit_bytes is None and workers > 1:
+    elif unit_bytes is None and (workers > 1 or processes):
         unit_bytes = UNIT_BYTES
     work = units(shards, unit_bytes=unit_bytes)
     use_processes = (workers > 1 or bool(processes)) and (len(work) > 1 or bool(processes))
-    total = Partial(k=max_candidates, sample=sample)
+    total = Partial(k=max_candidates, sample=sample, spill=spill)
     bar = tqdm(
         total=sum(s.size for s in shards),
         unit="B",
@@ -801,7 +829,14 @@ def _scan_in_processes(
                 res.partial.rebase(name, at)
             lines[name] = at + res.lines
             part = parts.get(name)
-            parts[name] = res.partial if part is None else part.merge(res.partial)
+            if part is None:
+                # a shard's units merged here before it is merged into ``total``: with a window
+                # store, their windows are written as they are merged (the units of a large
+                # shard arrive one by one until the end of the pass)
+                part = parts[name] = Partial(k=total.k, sample=total.sample, spill=total.spill)
+            part.merge(res.partial)
+            if total.spill is not None:
+                trim_heap()  # the windows written and the unit's partial, given back
         if left:
             return
         unread.discard(name)

@@ -1,0 +1,149 @@
+"""The pools' feature windows in a temporary file (distprompt.read.spill)."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from distprompt.choose.vectorize import budget_width, head_tail, vectorize
+from distprompt.read.scan import Partial, scan
+from distprompt.read.shards import discover_shards
+from distprompt.read.spill import SpilledWindow, WindowStore
+
+from factories import as_row, chat_rows, write_shard
+
+
+def test_windows_read_back_as_written() -> None:
+    rng = np.random.default_rng(0)
+    windows = [rng.integers(0, 150_000, int(n), dtype=np.int32) for n in rng.integers(0, 600, 50)]
+    windows.append(np.array([2**40, 7], dtype=np.int64))  # a wide id keeps its dtype
+    windows.append(np.zeros(0, dtype=np.int32))
+    with WindowStore() as store:
+        refs = store.put(windows[:20])
+        assert refs is not None
+        more = store.put(windows[20:])  # appended after the first ones
+        assert more is not None
+        refs += more
+        assert store.spilled == len(windows) and store.kept == 0
+        assert store.size == sum(w.nbytes for w in windows)
+        for w, ref in zip(windows, refs, strict=True):
+            got = ref.read()
+            assert len(ref) == w.shape[0]
+            assert got.dtype == w.dtype and np.array_equal(got, w)
+            # another process cannot read this one's file: a window pickles as its ids
+            again = pickle.loads(pickle.dumps(ref))
+            assert isinstance(again, np.ndarray) and np.array_equal(again, w)
+        assert store.put([]) == []
+    with pytest.raises(RuntimeError, match="closed"):
+        refs[0].read()
+
+
+def test_a_store_that_cannot_be_written_keeps_the_windows_in_memory(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = WindowStore(tmp_path / "missing")  # no such directory: the file cannot be made
+    with caplog.at_level(logging.WARNING, logger="distprompt.read.spill"):
+        assert store.put([np.arange(3, dtype=np.int32)]) is None
+        assert store.put([np.arange(2, dtype=np.int32)] * 2) is None
+    assert store.kept == 3 and store.spilled == 0 and store.failed is not None
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "kept in memory" in warning.getMessage() and "TMPDIR" in warning.getMessage()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory, qwen_tokenizer: Any) -> Path:
+    """Two sources over plain and compressed shards, with duplicates inside and across shards,
+    prompts longer than a feature window, and more unique prompts than the pools hold."""
+    root = tmp_path_factory.mktemp("spill")
+    chat = chat_rows(qwen_tokenizer, "chat", 120)
+    rng = np.random.default_rng(5)
+    long = [
+        as_row(rng.integers(0, 150000, int(n)).tolist(), [0] * int(n - 9) + [1] * 9, int(n - 9),
+               "long")
+        for n in rng.integers(520, 1400, 40)
+    ]  # fmt: skip
+    write_shard(root / "a.jsonl", chat[:90] + long[:25] + chat[:7])
+    write_shard(root / "b.jsonl.gz", chat[80:] + long[20:] + chat[3:9])
+    write_shard(root / "c.jsonl", long[::3] + chat[::11])
+    return root
+
+
+def _one(c: Any) -> tuple[Any, ...]:
+    ids = c.feature_ids.tolist()
+    return (c.key, c.count, c.provenance, c.n_prompt_tokens, c.n_feature_ids, ids)
+
+
+def _held(part: Partial) -> dict[str, list[tuple[Any, ...]]]:
+    return {s: [_one(c) for c in pool.candidates()] for s, pool in part.pools.items()}
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        {"processes": True},
+        {"processes": True, "unit_bytes": 4096},
+        {"workers": 2},
+        {"workers": 2, "unit_bytes": 4096},
+        {"processes": False},
+    ],
+    ids=["one process", "one process, ranges", "two workers", "two workers, ranges", "here"],
+)
+def test_a_pass_with_its_windows_in_a_file_holds_the_same_pools(
+    corpus: Path, how: dict[str, Any]
+) -> None:
+    shards = discover_shards(corpus)
+    for k in (15, 500):  # pools that evict (windows left in the file) and pools that keep all
+        plain = scan(shards, max_candidates=k, **how)
+        with WindowStore() as store:
+            spilled = scan(shards, max_candidates=k, spill=store, **how)
+            assert _held(spilled) == _held(plain)
+            cands = [c for pool in spilled.pools.values() for c in pool.candidates()]
+            assert all(isinstance(c.window, SpilledWindow) for c in cands)
+            assert all(c.window.store is store for c in cands)  # type: ignore[union-attr]
+            assert store.spilled >= len(cands) and store.kept == 0
+            if k == 15:
+                assert store.spilled > len(cands)  # some were evicted after they were written
+            # the pools' first prompts, held for the round trip, stay in memory
+            for pool in spilled.pools.values():
+                assert pool.sample is not None
+                held = pool.sample._entries.values()
+                assert all(isinstance(c.prompt_ids, np.ndarray) for c in held)
+            # a pool sent elsewhere carries its windows' ids
+            for src, pool in spilled.pools.items():
+                again = pickle.loads(pickle.dumps(pool))
+                assert _held(Partial(k=k, pools={src: again})) == _held(
+                    Partial(k=k, pools={src: plain.pools[src]})
+                )
+
+
+def test_a_pass_whose_windows_cannot_be_written_keeps_them_and_holds_the_same_pools(
+    corpus: Path, tmp_path: Path
+) -> None:
+    shards = discover_shards(corpus)
+    plain = scan(shards, max_candidates=15, workers=2, unit_bytes=4096)
+    store = WindowStore(tmp_path / "missing")
+    got = scan(shards, max_candidates=15, workers=2, unit_bytes=4096, spill=store)
+    assert _held(got) == _held(plain)
+    assert store.kept > 0 and store.spilled == 0
+    assert all(isinstance(c.window, np.ndarray) for p in got.pools.values() for c in p.candidates())
+
+
+def test_windows_cut_to_the_budget_as_read_give_the_same_features() -> None:
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(0, 5000, int(n)) for n in rng.integers(1, 900, 300)]
+    budget = 20_000
+    w = budget_width(sum(len(p) for p in prompts), len(prompts), budget)
+    assert w is not None  # over the budget: cut
+    cut = [head_tail(p, w) for p in prompts]
+    assert budget_width(sum(len(p) for p in cut), len(cut), budget) in (None, w)  # idempotent
+    lengths = [len(p) for p in prompts]  # the prompts' own (the pipeline passes them)
+    a = vectorize(prompts, lengths=lengths, token_budget=budget)
+    b = vectorize(cut, lengths=lengths, token_budget=budget)
+    assert np.array_equal(a.joint, b.joint) and np.array_equal(a.content, b.content)
+    assert (a.tfidf != b.tfidf).nnz == 0
+    assert budget_width(100, 10, 100) is None
