@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from distprompt.choose.vectorize import budget_width, head_tail, vectorize
-from distprompt.read.scan import Partial, scan
+from distprompt.read.scan import BottomK, Partial, scan
 from distprompt.read.shards import discover_shards
 from distprompt.read.spill import SpilledWindow, WindowStore
 
@@ -147,3 +147,64 @@ def test_windows_cut_to_the_budget_as_read_give_the_same_features() -> None:
     assert np.array_equal(a.joint, b.joint) and np.array_equal(a.content, b.content)
     assert (a.tfidf != b.tfidf).nnz == 0
     assert budget_width(100, 10, 100) is None
+
+
+def _fields(c: Any) -> tuple[Any, ...]:
+    w = c.window
+    where = (w.store, w.offset, w.n, w.dtype) if isinstance(w, SpilledWindow) else None
+    return (c.key, c.source, c.prompt_ids, c.prompt_mask, c.response_ids, c.n_response_tokens,
+            c.provenance, c.count, where, c.n_prompt, c.n_first_response)  # fmt: skip
+
+
+def test_a_compacted_pool_gives_the_same_entries_and_changes_as_before(corpus: Path) -> None:
+    shards = discover_shards(corpus)
+    with WindowStore() as store:
+        for k in (15, 500):
+            part = scan(shards, max_candidates=k, workers=2, unit_bytes=4096, spill=store)
+            for pool in part.pools.values():
+                assert pool._frozen is not None  # compacted at the end of the pass
+                before = pool.candidates()
+                assert len(pool) == len(before) and not pool._entries
+                thawed = pickle.loads(pickle.dumps(pool))  # by column, windows as their ids
+                assert [c.key for c in thawed.candidates()] == [c.key for c in before]
+                pool._thaw()
+                assert [_fields(c) for c in pool.candidates()] == [_fields(c) for c in before]
+                distinct, tokens = pool.distinct(), pool.feature_tokens()
+                assert pool.compact()
+                assert (pool.distinct(), pool.feature_tokens()) == (distinct, tokens)
+                assert tokens == sum(c.n_feature_ids for c in before)
+                assert [_fields(c) for c in pool.candidates(3)] == [_fields(c) for c in before[:3]]
+                # a change thaws it: the same pool as one never compacted
+                other = pickle.loads(pickle.dumps(pool))
+                other._thaw()
+                newcomer = replace_key(before[0], 1)
+                pool.add(newcomer)
+                other.add(newcomer)
+                assert pool._frozen is None
+                assert [c.key for c in pool.candidates()] == [c.key for c in other.candidates()]
+                assert pool.distinct() == other.distinct()
+
+
+def replace_key(c: Any, key: int) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(c, key=key)
+
+
+def test_only_pools_whose_windows_are_all_in_one_store_are_compacted() -> None:
+    from factories import candidate
+
+    pool = BottomK(5)
+    pool.add(candidate(1, n_prompt=3))  # holds its ids
+    assert not pool.compact() and pool._frozen is None and len(pool) == 1
+    assert not BottomK(5).compact()  # empty: nothing to gain
+    with WindowStore() as a, WindowStore() as b:
+        import dataclasses
+
+        mixed = BottomK(5)
+        for key, store in ((1, a), (2, b)):
+            c = candidate(key, n_prompt=3)
+            [ref] = store.put([c.prompt_ids]) or []
+            mixed.add(dataclasses.replace(c, prompt_ids=None, prompt_mask=None,
+                                          response_ids=None, window=ref))  # fmt: skip
+        assert not mixed.compact()

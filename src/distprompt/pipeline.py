@@ -30,7 +30,7 @@ from distprompt.choose.vectorize import FEATURE_BUDGET, budget_width, head_tail,
 from distprompt.config import Config, OnError, resolve
 from distprompt.corpus import CorpusInfo, corpus_info
 from distprompt.errors import ConfigError, InputError, TokenizerError
-from distprompt.read.scan import Partial, load_candidates, scan
+from distprompt.read.scan import BottomK, Partial, load_candidates, scan
 from distprompt.read.shards import ShardSet, find_shards
 from distprompt.read.spill import WindowStore
 from distprompt.records import Candidate, Shard, SourceStats, SuiteItem, histogram_quantiles
@@ -794,7 +794,7 @@ def _select_source(
 
 
 #: The pools being selected from, for worker processes forked from this one (see _select_job).
-_SELECTING: dict[str, list[Candidate]] = {}
+_SELECTING: dict[str, BottomK] = {}
 
 
 def _select_job(
@@ -802,17 +802,19 @@ def _select_job(
     quota: Quota,
     config: Config,
     stats: SourceStats,
-    cands: list[Candidate] | None = None,
+    cands: list[Candidate] | BottomK | None = None,
 ) -> tuple[list[tuple[Candidate, int, float]], SourceEvidence | None]:
     """:func:`_select_source` in a worker process (on one BLAS thread, as here) or the selection
     thread (whose pool set that for the process: the limits are not set from two threads); a
     forked worker finds the pool in :data:`_SELECTING` (copying it costs a second and tens of
-    MB)."""
+    MB). A pool's candidates are made here, when its selection starts (a pool compacted after
+    the pass holds columns: :meth:`~distprompt.read.scan.BottomK.compact`)."""
     in_process = threading.current_thread() is threading.main_thread()
     with _one_thread() if in_process else contextlib.nullcontext():
         try:
+            got = _SELECTING[source] if cands is None else cands
             return _select_source(
-                _SELECTING[source] if cands is None else cands, quota, config, stats
+                got.candidates() if isinstance(got, BottomK) else got, quota, config, stats
             )
         finally:
             # What its matrices took, given back before the next source (during the pass,
@@ -1136,14 +1138,13 @@ def _submit_selection(
         fitting = _Fitting(pool, _SELECT_TOKENS)
         out = {}
         for s in largest_first:
-            cands = part.pools[s].candidates()
-            weight = min(sum(c.n_feature_ids for c in cands), FEATURE_BUDGET)
-            args = (s, quotas[s], config, part.stats[s], cands)
+            weight = min(part.pools[s].feature_tokens(), FEATURE_BUDGET)
+            args = (s, quotas[s], config, part.stats[s], part.pools[s])
             out[fitting.submit(weight, _select_job, *args)] = s
         return out
     forked = multiprocessing.get_start_method() == "fork"
     if forked:
-        _SELECTING.update({s: part.pools[s].candidates() for s in largest_first})
+        _SELECTING.update({s: part.pools[s] for s in largest_first})
     return {
         pool.submit(
             _select_job,

@@ -89,25 +89,59 @@ class BottomK:
     rebases with the pool.
     """
 
-    __slots__ = ("_entries", "_heap", "k", "sample", "saturated")
+    __slots__ = ("_entries", "_frozen", "_heap", "k", "sample", "saturated")
 
     def __init__(self, k: int, *, sample: int = 0) -> None:
         self.k = k
         self._entries: dict[int, Candidate] = {}
         self._heap: list[int] = []  # negated keys: the root is the largest kept key
+        self._frozen: _Frozen | None = None  # the entries as columns (:meth:`compact`)
         self.saturated = False
         self.sample: BottomK | None = BottomK(min(sample, k)) if sample > 0 else None
 
     def __len__(self) -> int:
+        if self._frozen is not None:
+            return len(self._frozen.keys)
         return len(self._entries)
+
+    def compact(self) -> bool:
+        """Hold the entries as a few columns instead of objects (~600 bytes an entry: ~80),
+        when every entry's window is in the same window store and nothing else is held (a
+        pool of the pass on a large corpus, once the pass is over); whether it did. The
+        entries are made again as they are asked for (:meth:`candidates`), or all of them by
+        anything that changes the pool. The sample stays as it is."""
+        if self._frozen is not None:
+            return True
+        frozen = _Frozen.of(self.candidates())
+        if frozen is None:
+            return False
+        self._frozen, self._entries, self._heap = frozen, {}, []
+        return True
+
+    def _thaw(self) -> None:
+        frozen = self._frozen
+        if frozen is None:
+            return
+        self._entries = {c.key: c for c in frozen.candidates()}
+        self._heap = [-key for key in self._entries]
+        heapq.heapify(self._heap)
+        self._frozen = None
+
+    def feature_tokens(self) -> int:
+        """The tokens the entries' features are computed from, in all (``n_feature_ids``)."""
+        if self._frozen is not None:
+            return int(self._frozen.window_lens.sum())
+        return sum(c.n_feature_ids for c in self._entries.values())
 
     def offer_key(self, key: int) -> bool:
         """Whether an entry with ``key`` would be kept (cheap pre-check before building it)."""
+        self._thaw()
         if key in self._entries or len(self._entries) < self.k:
             return True
         return key < -self._heap[0]
 
     def add(self, cand: Candidate) -> None:
+        self._thaw()
         old = self._entries.get(cand.key)
         if old is not None:
             prov = min(old.provenance, cand.provenance)
@@ -131,12 +165,13 @@ class BottomK:
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled by column (a pass worker sends its pools to the main process): one object per
         # entry costs ~20 us each way, ~0.8 s for an 18k-candidate pool on the benchmark.
-        cands = list(self._entries.values())
+        cands = self.candidates() if self._frozen is not None else list(self._entries.values())
         return (_unpickle_bottomk, (self.k, self.saturated, self.sample, *_columns(cands)))
 
     def merge(self, other: BottomK, *, spill: WindowStore | None = None) -> BottomK:
         """Add ``other``'s entries; with ``spill``, the windows of those kept are written to
         it (:mod:`distprompt.read.spill`) and the entries hold where they are."""
+        other._thaw()
         for cand in other._entries.values():
             self.add(cand)
         self.saturated = self.saturated or other.saturated
@@ -149,6 +184,7 @@ class BottomK:
         return self
 
     def _spill(self, keys: Iterable[int], spill: WindowStore) -> None:
+        self._thaw()
         entries = self._entries
         fresh = [
             c
@@ -163,6 +199,7 @@ class BottomK:
 
     def rebase(self, shard: str, base: int) -> None:
         """Shift the line numbers of the entries read from ``shard`` by ``base``."""
+        self._thaw()
         for key, c in self._entries.items():
             p = c.provenance
             if p.shard == shard:
@@ -170,25 +207,110 @@ class BottomK:
         if self.sample is not None:
             self.sample.rebase(shard, base)
 
-    def candidates(self) -> list[Candidate]:
-        """Kept entries sorted by key (a deterministic, order-free order)."""
-        return [self._entries[k] for k in sorted(self._entries)]
+    def candidates(self, n: int | None = None) -> list[Candidate]:
+        """Kept entries sorted by key (a deterministic, order-free order); the first ``n``."""
+        if self._frozen is not None:
+            return self._frozen.candidates(n)
+        return [self._entries[k] for k in sorted(self._entries)[:n]]
 
     def distinct(self) -> tuple[int, bool]:
         """``(number of distinct keys seen, exact?)``; a KMV estimate once saturated."""
-        n = len(self._entries)
+        n = len(self)
         if not self.saturated or n < 2:
             return n, True
-        kth = -self._heap[0]
+        kth = int(self._frozen.keys[-1]) if self._frozen is not None else -self._heap[0]
         return round((n - 1) * _TWO64 / (kth + 1)), False
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Frozen:
+    """A pool's entries as columns, in key order (:meth:`BottomK.compact`): the numbers in
+    arrays, the strings as codes into their few values, each window where it is in ``store``."""
+
+    keys: np.ndarray  # uint64
+    nums: np.ndarray  # int64 (n, 6): n_response_tokens, count, n_prompt, n_first_response,
+    #                   line, offset
+    sources: tuple[list[str], np.ndarray]  # the values, a code per entry
+    shards: tuple[list[str], np.ndarray]
+    window_at: np.ndarray  # int64 offset in the store
+    window_lens: np.ndarray  # int64
+    dtypes: tuple[list[np.dtype[Any]], np.ndarray]
+    store: WindowStore
+
+    @staticmethod
+    def of(cands: list[Candidate]) -> _Frozen | None:
+        """``cands`` (in key order) as columns, or None when one holds more than a window in
+        a store (or none), or their windows are in different stores."""
+        if not cands:
+            return None
+        wins = [c.window for c in cands]
+        first = wins[0]
+        if not isinstance(first, SpilledWindow):
+            return None
+        store = first.store
+        for c, w in zip(cands, wins, strict=True):
+            if (
+                not isinstance(w, SpilledWindow)
+                or w.store is not store
+                or c.prompt_ids is not None
+                or c.prompt_mask is not None
+                or c.response_ids is not None
+            ):
+                return None
+        keys, nums, (srcs, shards), _, _ = _columns(cands, windows=False)
+        refs: list[SpilledWindow] = wins  # type: ignore[assignment]
+        return _Frozen(
+            keys=keys,
+            nums=nums,
+            sources=_codes(srcs),
+            shards=_codes(shards),
+            window_at=np.fromiter((w.offset for w in refs), np.int64, len(refs)),
+            window_lens=np.fromiter((w.n for w in refs), np.int64, len(refs)),
+            dtypes=_codes([w.dtype for w in refs]),
+            store=store,
+        )
+
+    def candidates(self, n: int | None = None) -> list[Candidate]:
+        store = self.store
+        srcs, src_at = self.sources
+        shards, shard_at = self.shards
+        dtypes, dtype_at = self.dtypes
+        cut = slice(None, n)
+        columns = zip(
+            self.keys[cut].tolist(),
+            self.nums[cut].tolist(),
+            src_at[cut].tolist(),
+            shard_at[cut].tolist(),
+            self.window_at[cut].tolist(),
+            self.window_lens[cut].tolist(),
+            dtype_at[cut].tolist(),
+            strict=True,
+        )
+        out = []
+        for key, (n_resp, count, n_prompt, n_first, line, off), si, hi, at, n_win, di in columns:
+            window = SpilledWindow(store, at, n_win, dtypes[di])
+            prov = Provenance(shards[hi], line, off)
+            held = (None, None, None)  # ids, mask, first response: read back when selected
+            out.append(
+                Candidate(key, srcs[si], *held, n_resp, prov, count, window, n_prompt, n_first)
+            )
+        return out
+
+
+def _codes(values: list[Any]) -> tuple[list[Any], np.ndarray]:
+    """The distinct ``values`` (in order of first appearance) and each value's index in them."""
+    index: dict[Any, int] = {}
+    codes = np.fromiter((index.setdefault(v, len(index)) for v in values), np.int32, len(values))
+    return list(index), codes
 
 
 _ARRAYS = ("prompt_ids", "prompt_mask", "response_ids", "window")
 
 
-def _columns(cands: list[Candidate]) -> tuple[Any, ...]:
+def _columns(cands: list[Candidate], *, windows: bool = True) -> tuple[Any, ...]:
     """``cands`` as columns: the numbers in one array, the strings in lists, and each array
-    field as one concatenated array with the lengths (-1 for None)."""
+    field as one concatenated array with the lengths (-1 for None); without ``windows``, the
+    numbers and the strings only."""
     n = len(cands)
     keys = np.fromiter(map(attrgetter("key"), cands), np.uint64, n)
     provs = list(map(attrgetter("provenance"), cands))
@@ -200,6 +322,8 @@ def _columns(cands: list[Candidate]) -> tuple[Any, ...]:
         dtype=np.int64,
     ).reshape(n, 6)
     strs = (list(map(attrgetter("source"), cands)), list(map(attrgetter("shard"), provs)))
+    if not windows:
+        return keys, nums, strs, None, None
     arrays: list[Any] = []
     for f in _ARRAYS:
         got = list(map(attrgetter(f), cands))
@@ -484,7 +608,7 @@ def sampled_prompts(
     Raises:
         InputError: As :func:`load_candidates`, for the candidates read back.
     """
-    cands = pool.candidates()[:n]
+    cands = pool.candidates(n)
     held = pool.sample._entries if pool.sample is not None else {}
     out = list(cands)
     missing: list[int] = []
@@ -652,8 +776,9 @@ def scan(
             ``1 / (2 * workers)`` of the bytes (a large compressed shard: it cannot be split)
             starts first, lest it run alone at the end; shards are merged as they finish.
         spill: Keep the merged pools' feature windows in this store (a temporary file,
-            :mod:`distprompt.read.spill`) rather than in memory; the caller closes it once
-            the pools are selected.
+            :mod:`distprompt.read.spill`) rather than in memory, and the pools as columns once
+            the pass is over (:meth:`BottomK.compact`); the caller closes it once the pools
+            are selected.
     """
     from tqdm import tqdm  # plain text bar: the CLI is its only user (tqdm.auto warns in notebooks)
 
@@ -749,6 +874,12 @@ def scan(
     finally:
         bar.close()
     _normalize(total, shard_at)
+    if spill is not None:
+        # The pools as columns until their selection (~600 -> ~80 bytes a candidate: on the
+        # benchmark's 4x corpus, 134k of them, ~70 MB of objects given back)
+        for pool in total.pools.values():
+            pool.compact()
+        trim_heap()
     return total
 
 
