@@ -246,8 +246,10 @@ def build_suite(
         try:
 
             def start_plots() -> None:
-                # The last selections are under way (the smallest pools: selection's memory is
-                # past its peak): the plot processes start and import meanwhile.
+                # Every source is selected (not before: started beside the last selections,
+                # the plot processes' ~100 MB came on top of the largest pools' matrices;
+                # measured on the benchmark's 4x corpus, the process tree's peak 611-643 ->
+                # 579-595 MB, no slower within this machine's spread).
                 nonlocal plots
                 if big and plots is None:
                     trim_heap()  # what selection freed, before other processes start
@@ -279,7 +281,6 @@ def build_suite(
                 warn=_warn,
                 submitted=submitted,
                 on_selected=draw,
-                on_last=start_plots,
                 decoded=ready,
             )
             if ready is not None and kept:
@@ -1169,7 +1170,6 @@ def _select_and_decode(
     warn: Callable[[str], None],
     submitted: dict[Future[Any], str] | None,
     on_selected: Callable[[dict[str, int], dict[str, SourceEvidence | None]], None],
-    on_last: Callable[[], None] = lambda: None,
     decoded: Callable[[str], tuple[list[_Pick], list[SuiteItem]] | None] | None = None,
 ) -> tuple[dict[str, int], list[SuiteItem], dict[str, SourceEvidence | None]]:
     """Select each source's representatives, read them back and decode them.
@@ -1179,10 +1179,8 @@ def _select_and_decode(
     without, one after another here. The selection of a source does not depend on where it
     runs, and the results are put in source order: the same items, counts and evidence either
     way. ``on_selected`` is called with the counts and the evidence once every source is
-    selected, before the last items are decoded (all of them, in this thread); ``on_last``
-    once the selections left are no more than the threads or processes running them (before
-    the last one, without ``submitted``). ``decoded`` gives a source's picks and items when
-    they were made already (the same ones).
+    selected, before the last items are decoded (all of them, in this thread). ``decoded``
+    gives a source's picks and items when they were made already (the same ones).
 
     Returns:
         Items selected per source, the items (by source, then cluster), the report's evidence.
@@ -1212,8 +1210,6 @@ def _select_and_decode(
     with _one_thread() if submitted is None else contextlib.nullcontext():
         if submitted is None:
             for s in sources:
-                if s == sources[-1]:
-                    on_last()
                 results[s] = _select_source(
                     part.pools[s].candidates(), quotas[s], config, part.stats[s]
                 )
@@ -1224,10 +1220,6 @@ def _select_and_decode(
             from concurrent.futures import FIRST_COMPLETED, wait
 
             try:
-                # the selections under way at once: the pool's threads or processes
-                at_once = max(config.workers, _SELECT_THREADS)
-                if len(sources) <= at_once:
-                    on_last()
                 running, done = set(submitted), list[str]()
                 while running or done:
                     # What has finished is collected before each source is decoded, so that
@@ -1238,8 +1230,6 @@ def _select_and_decode(
                     for fut in sorted(ready, key=lambda f: submitted[f]):
                         results[submitted[fut]] = fut.result()
                         done.append(submitted[fut])
-                    if ready and 0 < len(sources) - len(results) <= at_once:
-                        on_last()
                     if ready and len(results) == len(sources):
                         all_selected(results)
                     if done:
