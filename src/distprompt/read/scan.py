@@ -15,7 +15,7 @@ import hashlib
 import heapq
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any
@@ -135,13 +135,15 @@ class BottomK:
 
     def offer_key(self, key: int) -> bool:
         """Whether an entry with ``key`` would be kept (cheap pre-check before building it)."""
-        self._thaw()
+        if self._frozen is not None:  # inline: once a row of the pass
+            self._thaw()
         if key in self._entries or len(self._entries) < self.k:
             return True
         return key < -self._heap[0]
 
     def add(self, cand: Candidate) -> None:
-        self._thaw()
+        if self._frozen is not None:
+            self._thaw()
         old = self._entries.get(cand.key)
         if old is not None:
             prov = min(old.provenance, cand.provenance)
@@ -276,25 +278,47 @@ class _Frozen:
         shards, shard_at = self.shards
         dtypes, dtype_at = self.dtypes
         cut = slice(None, n)
-        columns = zip(
-            self.keys[cut].tolist(),
-            self.nums[cut].tolist(),
-            src_at[cut].tolist(),
-            shard_at[cut].tolist(),
-            self.window_at[cut].tolist(),
-            self.window_lens[cut].tolist(),
-            dtype_at[cut].tolist(),
-            strict=True,
-        )
-        out = []
-        for key, (n_resp, count, n_prompt, n_first, line, off), si, hi, at, n_win, di in columns:
-            window = SpilledWindow(store, at, n_win, dtypes[di])
-            prov = Provenance(shards[hi], line, off)
-            held = (None, None, None)  # ids, mask, first response: read back when selected
-            out.append(
-                Candidate(key, srcs[si], *held, n_resp, prov, count, window, n_prompt, n_first)
+        keys = self.keys[cut].tolist()
+        windows = [
+            SpilledWindow(store, at, n_win, dtypes[di])
+            for at, n_win, di in zip(
+                self.window_at[cut].tolist(),
+                self.window_lens[cut].tolist(),
+                dtype_at[cut].tolist(),
+                strict=True,
             )
-        return out
+        ]
+        held = [None] * len(keys)  # ids, mask, first response: read back when selected
+        return list(
+            _candidates_of(
+                keys,
+                self.nums[cut].tolist(),
+                [srcs[i] for i in src_at[cut].tolist()],
+                [shards[i] for i in shard_at[cut].tolist()],
+                held,
+                held,
+                held,
+                windows,
+            )
+        )
+
+
+def _candidates_of(
+    keys: list[int],
+    nums: list[list[int]],
+    sources: list[str],
+    shards: list[str],
+    ids: list[Any],
+    masks: list[Any],
+    responses: list[Any],
+    windows: list[Any],
+) -> Iterator[Candidate]:
+    """Candidates from their fields, one sequence a field (``nums`` as :func:`_columns`)."""
+    for key, (n_resp, count, n_prompt, n_first, line, off), src, shard, p, m, r, w in zip(
+        keys, nums, sources, shards, ids, masks, responses, windows, strict=True
+    ):
+        prov = Provenance(shard, line, off)
+        yield Candidate(key, src, p, m, r, n_resp, prov, count, w, n_prompt, n_first)
 
 
 def _codes(values: list[Any]) -> tuple[list[Any], np.ndarray]:
@@ -364,17 +388,12 @@ def _unpickle_bottomk(
     same: list[bool],
 ) -> BottomK:
     ids, mask, resp, win = (_uncolumn(c) for c in arrays)
+    windows = [p if sm else w for p, w, sm in zip(ids, win, same, strict=True)]
     out = BottomK(k)
     out.saturated = saturated
     out.sample = sample
-    entries = out._entries
-    for key, (n_resp, count, n_prompt, n_first, line, off), src, shard, p, m, r, w, sm in zip(
-        keys.tolist(), nums.tolist(), *strs, ids, mask, resp, win, same, strict=True
-    ):
-        entries[key] = Candidate(
-            key, src, p, m, r, n_resp, Provenance(shard, line, off), count,
-            p if sm else w, n_prompt, n_first,
-        )  # fmt: skip
+    cands = _candidates_of(keys.tolist(), nums.tolist(), *strs, ids, mask, resp, windows)
+    entries = out._entries = {c.key: c for c in cands}
     out._heap = [-key for key in entries]
     heapq.heapify(out._heap)
     return out
