@@ -197,15 +197,24 @@ class BottomK:
         if refs is None:
             return  # the file cannot be written: kept in memory (counted and warned of)
         for c, ref in zip(fresh, refs, strict=True):
-            entries[c.key] = replace(c, window=ref)
+            # the constructor, not dataclasses.replace: ~3x faster, once a candidate kept
+            entries[c.key] = Candidate(
+                c.key, c.source, c.prompt_ids, c.prompt_mask, c.response_ids,
+                c.n_response_tokens, c.provenance, c.count, ref, c.n_prompt, c.n_first_response,
+            )  # fmt: skip
 
     def rebase(self, shard: str, base: int) -> None:
         """Shift the line numbers of the entries read from ``shard`` by ``base``."""
         self._thaw()
-        for key, c in self._entries.items():
+        entries = self._entries
+        for key, c in entries.items():
             p = c.provenance
-            if p.shard == shard:
-                self._entries[key] = replace(c, provenance=replace(p, line=p.line + base))
+            if p.shard == shard:  # constructors, as in _spill
+                entries[key] = Candidate(
+                    c.key, c.source, c.prompt_ids, c.prompt_mask, c.response_ids,
+                    c.n_response_tokens, Provenance(p.shard, p.line + base, p.offset), c.count,
+                    c.window, c.n_prompt, c.n_first_response,
+                )  # fmt: skip
         if self.sample is not None:
             self.sample.rebase(shard, base)
 

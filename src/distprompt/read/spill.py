@@ -30,6 +30,25 @@ __all__ = ["SpilledWindow", "WindowStore"]
 
 logger = logging.getLogger("distprompt.read.spill")
 
+#: Buffers a ``pwritev`` call takes at most (POSIX guarantees 16; Linux and macOS take 1024).
+_IOV_MAX = 1024
+
+
+def _write_at(fd: int, arrays: Sequence[np.ndarray], at: int) -> None:
+    """Write ``arrays`` one after another from offset ``at``: with ``pwritev`` where the
+    platform has it, the arrays as they are (no joined copy), a batch of them a call."""
+    vectored = hasattr(os, "pwritev")
+    step = _IOV_MAX if vectored else max(len(arrays), 1)
+    for i in range(0, len(arrays), step):
+        bufs = [np.ascontiguousarray(a).data for a in arrays[i : i + step]]
+        want = sum(b.nbytes for b in bufs)
+        done = os.pwritev(fd, bufs, at) if vectored else 0
+        if done < want:  # a short write (or no pwritev): the rest from one joined copy
+            data = b"".join(b.tobytes() for b in bufs)
+            while done < want:
+                done += os.pwrite(fd, data[done:], at + done)
+        at += want
+
 
 class SpilledWindow:
     """Where one candidate's window is in a :class:`WindowStore`; ``read()`` gives the ids.
@@ -97,17 +116,9 @@ class WindowStore:
                     self._fh = tempfile.TemporaryFile(  # noqa: SIM115
                         prefix="distprompt-windows-", dir=self._dir
                     )
-                refs, buf, at = [], [], self._size
-                for w in windows:
-                    w = np.ascontiguousarray(w)
-                    refs.append(SpilledWindow(self, at, int(w.shape[0]), w.dtype))
-                    buf.append(w.data.cast("B"))
-                    at += w.nbytes
-                fd = self._fh.fileno()
-                data = b"".join(buf)
-                done = 0
-                while done < len(data):
-                    done += os.pwrite(fd, data[done:], self._size + done)
+                start = self._size
+                refs, at = self._refs(windows, start)
+                _write_at(self._fh.fileno(), windows, start)
             except OSError as exc:
                 self.failed = f"{type(exc).__name__}: {exc}"
                 self.kept += len(windows)
@@ -123,6 +134,17 @@ class WindowStore:
             self._size = at
             self.spilled += len(refs)
             return refs
+
+    def _refs(self, windows: Sequence[np.ndarray], start: int) -> tuple[list[SpilledWindow], int]:
+        """Where each of ``windows`` goes, written from ``start``; and where the next one does."""
+        lens = [int(w.shape[0]) for w in windows]
+        sizes = [n * w.dtype.itemsize for n, w in zip(lens, windows, strict=True)]
+        ends = np.cumsum(sizes).tolist()
+        refs = [
+            SpilledWindow(self, start + end - size, n, w.dtype)
+            for w, n, size, end in zip(windows, lens, sizes, ends, strict=True)
+        ]
+        return refs, start + (ends[-1] if ends else 0)
 
     def read(self, ref: SpilledWindow) -> np.ndarray:
         """The ids of one window."""
