@@ -23,6 +23,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -178,6 +179,12 @@ def main() -> int:
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--skip", default="", help="comma-separated jobs to leave out")
     a = ap.parse_args()
+    if not a.no_profile and importlib.util.find_spec("pyinstrument") is None:
+        # checked first: found missing after the run, the profiles were left out silently
+        sys.exit(
+            f"pyinstrument is not installed for {PY} (pip install -e '.[bench]'), "
+            "or pass --no-profile"
+        )
     tok = (
         a.tokenizer
         or subprocess.check_output(
@@ -259,11 +266,12 @@ def main() -> int:
         sel[n] = outp.stdout.strip()
         print(sel[n], flush=True)
     write()
-    if not a.no_profile and shutil.which("pyinstrument"):
+    if not a.no_profile:
         print("profile", flush=True)
         argv = [
-            "pyinstrument", "-m", "distprompt", "-v", "export", a.data, "--tokenizer", tok,
-            "--per-source", "50", "--out", str(tmp / "prof"), "--overwrite", "--no-progress",
+            PY, "-m", "pyinstrument", "-m", "distprompt", "-v", "export", a.data,
+            "--tokenizer", tok, "--per-source", "50", "--out", str(tmp / "prof"), "--overwrite",
+            "--no-progress",
         ]  # fmt: skip
         pr = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
         # -v logs the time of each stage (the work in worker processes is not in the profile).
@@ -271,7 +279,7 @@ def main() -> int:
         profile = "\n".join(["# stages (-v)", *stages, "", _trim_profile(pr.stdout)])
         write()
         pr = subprocess.run(
-            ["pyinstrument", "-m", "distprompt", "inspect", a.data, "--json"],
+            [PY, "-m", "pyinstrument", "-m", "distprompt", "inspect", a.data, "--json"],
             capture_output=True,
             text=True,
             cwd=REPO,
