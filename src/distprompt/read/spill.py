@@ -137,12 +137,11 @@ class WindowStore:
 
     def _refs(self, windows: Sequence[np.ndarray], start: int) -> tuple[list[SpilledWindow], int]:
         """Where each of ``windows`` goes, written from ``start``; and where the next one does."""
-        lens = [int(w.shape[0]) for w in windows]
-        sizes = [n * w.dtype.itemsize for n, w in zip(lens, windows, strict=True)]
+        sizes = [w.nbytes for w in windows]
         ends = np.cumsum(sizes).tolist()
         refs = [
-            SpilledWindow(self, start + end - size, n, w.dtype)
-            for w, n, size, end in zip(windows, lens, sizes, ends, strict=True)
+            SpilledWindow(self, start + end - size, int(w.shape[0]), w.dtype)
+            for w, size, end in zip(windows, sizes, ends, strict=True)
         ]
         return refs, start + (ends[-1] if ends else 0)
 
