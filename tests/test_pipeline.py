@@ -482,3 +482,45 @@ def test_a_compressed_corpus_is_judged_large_by_what_it_holds() -> None:
     assert pipeline._is_large([shard("a.jsonl.zst", big // pipeline._COMPRESSED_FACTOR)])
     assert pipeline._is_large([shard("a.jsonl.gz", big // 2)])
     assert not pipeline._is_large([shard("a.jsonl.gz", mib)])
+
+
+_THREADS_SCRIPT = r"""
+import json, sys
+import numpy  # numpy's OpenBLAS only: scipy's is loaded later, as in a pass
+from threadpoolctl import threadpool_info
+from distprompt import pipeline
+
+assert "scipy.linalg" not in sys.modules, "scipy imported before the pool"
+seen = {}
+def fake_select(cands, quota, config, stats):
+    seen["threads"] = [(i["user_api"], i["num_threads"]) for i in threadpool_info()]
+    return [], None
+pipeline._select_source = fake_select
+with pipeline._selection_pool(1) as pool:  # entered before scipy is imported, as the early one
+    pool.submit(pipeline._select_job, "s", None, None, None, []).result()
+print(json.dumps(seen["threads"]))
+"""
+
+
+def test_selection_threads_run_blas_and_openmp_on_one_thread() -> None:
+    """The selection pool is entered while another thread may still import scipy and
+    scikit-learn (the early selection during the pass): scipy's OpenBLAS and OpenMP, loaded
+    after, are on one thread in the selection threads too. With both libraries asked for two
+    threads, so that the test means the same on a machine of one core."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import distprompt
+
+    src = str(Path(distprompt.__file__).parents[1])  # the distprompt under test
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "2", "PYTHONPATH": src}
+    out = subprocess.run(
+        [sys.executable, "-c", _THREADS_SCRIPT], env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    threads = json.loads(out.stdout.strip().splitlines()[-1])
+    assert {api for api, _ in threads} == {"blas", "openmp"}
+    assert [n for _, n in threads] == [1] * len(threads), threads
+    assert sum(api == "blas" for api, _ in threads) >= 2  # numpy's and scipy's
