@@ -629,43 +629,34 @@ def _early_quotas(part: Partial, config: Config) -> dict[str, Quota] | None:
         return None
 
 
-def _one_thread(*, imports: bool = True) -> Any:
-    """BLAS and OpenMP on one thread for selection: its matrices are small, and on a machine
-    whose cores are busy (other work, the pass's workers) extra BLAS threads spin against each
-    other. The numbers do not change (the pinned-output test holds).
+def _one_thread() -> Any:
+    """BLAS on one thread for selection, for the whole process: its matrices are small, and on
+    a machine whose cores are busy (other work, the pass's workers) extra BLAS threads spin
+    against each other. The numbers do not change (the pinned-output test holds). OpenMP's
+    limit holds for one thread only: each thread that selects sets it (:func:`_one_openmp_thread`).
 
-    threadpoolctl limits the libraries loaded when it is called, only from the thread that set
-    the first limit (OpenBLAS's thread pool is the process's), and OpenMP for the calling
-    thread only. So the libraries selection loads are imported first: all of them with
-    ``imports``, else scipy's BLAS alone (0.2 s; the early selection's pool is entered while
-    the warm imports still run in another thread, which left scipy's OpenBLAS on two threads
-    beside the pass, spinning — measured on the benchmark corpus, three interleaved runs: the
-    one-worker export's main process used 13.6-13.9 s of CPU, 9.5-10.1 s with one thread, and
-    the export took 11.1 s, 9.0-9.6 s). A selection thread limits its OpenMP with
-    :func:`_one_openmp_thread`.
+    threadpoolctl limits the libraries loaded when it is called, and only from the thread that
+    set the first limit (OpenBLAS's thread pool is the process's). So scipy's BLAS, the one
+    scikit-learn's SVD and k-means call, is imported first (0.2 s): the early selection's pool is
+    entered while the warm imports still run in another thread, which left scipy's OpenBLAS on
+    two threads beside the pass, spinning — measured on the benchmark corpus, three interleaved
+    runs: the one-worker export's main process used 13.6-13.9 s of CPU, 9.5-10.1 s with one
+    thread, and the export took 11.1 s, 9.0-9.6 s.
     """
-    try:
-        if imports:
-            _warm_imports()
-        else:
-            import scipy.linalg  # noqa: F401
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - installed with scikit-learn
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=1)
+    import scipy.linalg  # noqa: F401
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 @contextlib.contextmanager
 def _one_openmp_thread() -> Iterator[None]:
-    """OpenMP on one thread in a selection thread (its limit is per thread; BLAS's is the
-    process's, set by the thread that entered :func:`_one_thread`)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - installed with scikit-learn
-        yield
-        return
-    _warm_imports()  # what loads OpenMP, if another thread still imports it
-    with threadpool_limits(1, user_api="openmp"):
+    """OpenMP on one thread in this thread (its limit is per thread), once what loads it is
+    imported (in another thread, the warm imports may still run)."""
+    from threadpoolctl import threadpool_limits
+
+    _warm_imports()
+    with threadpool_limits(limits=1, user_api="openmp"):
         yield
 
 
@@ -697,7 +688,7 @@ def _is_large(shards: Sequence[Shard]) -> bool:
 
 def _warm_imports() -> None:
     """Import what selection uses (seconds): while the pass still runs, and before selection
-    limits BLAS to one thread (:func:`_one_thread`). Not matplotlib: on a
+    limits OpenMP to one thread (:func:`_one_openmp_thread`). Not matplotlib: on a
     corpus this large the plots are drawn in a process of their own (importing it here cost
     0.9 s of CPU beside the pass and ~30 MB that forked workers share, for nothing)."""
     try:
@@ -838,7 +829,7 @@ def _select_job(
     MB). A pool's candidates are made here, when its selection starts (a pool compacted after
     the pass holds columns: :meth:`~distprompt.read.scan.BottomK.compact`)."""
     in_process = threading.current_thread() is threading.main_thread()
-    with _one_thread() if in_process else _one_openmp_thread():
+    with _one_thread() if in_process else contextlib.nullcontext(), _one_openmp_thread():
         try:
             got = _SELECTING[source] if cands is None else cands
             return _select_source(
@@ -1040,9 +1031,8 @@ def _selection_pool(workers: int) -> Iterator[Executor | None]:
     from concurrent.futures import ThreadPoolExecutor
 
     # BLAS on one thread for the whole time the selection threads run: threadpoolctl's BLAS
-    # limits are the process's, so they are set (and restored) here, not by each thread; not
-    # after all the imports, which may still run in another thread.
-    with _one_thread(imports=False):
+    # limits are the process's, so they are set (and restored) here, not by each thread.
+    with _one_thread():
         pool = ThreadPoolExecutor(_SELECT_THREADS, thread_name_prefix="distprompt-select")
         try:
             yield pool
@@ -1237,10 +1227,11 @@ def _select_and_decode(
     # BLAS on one thread where this thread selects; a pool's thread or processes set it there.
     with _one_thread() if submitted is None else contextlib.nullcontext():
         if submitted is None:
-            for s in sources:
-                results[s] = _select_source(
-                    part.pools[s].candidates(), quotas[s], config, part.stats[s]
-                )
+            with _one_openmp_thread():
+                for s in sources:
+                    results[s] = _select_source(
+                        part.pools[s].candidates(), quotas[s], config, part.stats[s]
+                    )
             all_selected(results)
             for s in sources:
                 take(s, results[s])
