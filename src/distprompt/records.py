@@ -283,7 +283,12 @@ class SuiteItem:
 
 @dataclass(slots=True)
 class SourceStats:
-    """Per-source counters and length histograms (exact, mergeable)."""
+    """Per-source counters and length histograms (exact, mergeable).
+
+    ``response_*`` count ``n_response_tokens`` (the whole rest of the row, every later turn
+    included); ``first_reply_*`` count the first assistant span after the prompt, which is what a
+    benchmark client asks for (``max_tokens``) and what a server would generate.
+    """
 
     rows: int = 0
     prompt_tokens: int = 0
@@ -293,6 +298,9 @@ class SourceStats:
     seq_lengths: Counter[int] = field(default_factory=Counter)
     trained_turns: Counter[int] = field(default_factory=Counter)
     flags: Counter[str] = field(default_factory=Counter)  # valid rows flagged, by reason
+    # the first assistant span after the prompt: what a client asks for (max_tokens)
+    first_reply_tokens: int = 0
+    first_reply_lengths: Counter[int] = field(default_factory=Counter)
 
     def merge(self, other: SourceStats) -> SourceStats:
         self.rows += other.rows
@@ -303,6 +311,8 @@ class SourceStats:
         self.seq_lengths.update(other.seq_lengths)
         self.trained_turns.update(other.trained_turns)
         self.flags.update(other.flags)
+        self.first_reply_tokens += other.first_reply_tokens
+        self.first_reply_lengths.update(other.first_reply_lengths)
         return self
 
 

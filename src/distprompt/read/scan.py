@@ -592,6 +592,9 @@ def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> No
     st.response_lengths[n_resp] += 1
     st.seq_lengths[row.seq_len] += 1
     st.trained_turns[row.trained_turns] += 1
+    start, end = row.first_response_span()
+    st.first_reply_tokens += end - start
+    st.first_reply_lengths[end - start] += 1
     if n_prompt + n_resp != row.seq_len:
         _flag(part, row, "length_sum_mismatch")
     prompt = row.prompt_ids
@@ -600,7 +603,6 @@ def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> No
     if not pool.offer_key(key):
         pool.reject()
         return
-    start, end = row.first_response_span()
     window = _compact(feature_window(prompt))
     whole = window.shape[0] == prompt.shape[0]
     cand = Candidate(
@@ -1051,6 +1053,7 @@ def _normalize(part: Partial, shard_at: dict[str, int]) -> None:
         st.response_lengths = counter(st.response_lengths)
         st.seq_lengths = counter(st.seq_lengths)
         st.trained_turns = counter(st.trained_turns)
+        st.first_reply_lengths = counter(st.first_reply_lengths)
         st.flags = counter(st.flags)
     t = part.tally
     t.skipped, t.anomalies = counter(t.skipped), counter(t.anomalies)
