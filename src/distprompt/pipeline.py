@@ -1671,6 +1671,51 @@ def _quantiles(counter: Any) -> dict[str, int]:
     return dict(zip(("min", "p50", "p90", "p99", "max"), qs, strict=False))
 
 
+def _design_summary(items: Sequence[SuiteItem], st: SourceStats) -> dict[str, Any]:
+    """The source's sampling design as written: items per stratum, the take-all rows, and how
+    far the weighted totals are from the corpus's (``(weighted - corpus) / corpus``; the first
+    reply as the items' recorded length, before any ``max_output_tokens`` cap)."""
+    strata: dict[str, int] = {}
+    weights: dict[str, float] = {}
+    for it in items:
+        name = it.stratum or "none"
+        strata[name] = strata.get(name, 0) + 1
+        weights[name] = weights.get(name, 0.0) + it.weight
+
+    def first(it: SuiteItem) -> int:
+        return len(it.response_ids) if it.response_ids is not None else it.max_tokens
+
+    def gap(got: float, want: float) -> float | None:
+        return round((got - want) / want, 6) if want else None
+
+    return {
+        "strata": dict(sorted(strata.items())),
+        "rows_represented": {k: round(v, 3) for k, v in sorted(weights.items())},
+        "take_all": [
+            f"{it.provenance.shard}:{it.provenance.line}"
+            for it in items
+            if it.stratum == "take-all"
+        ],
+        # the share of the source's first-reply tokens the take-all rows hold
+        "take_all_reply_share": round(
+            sum(it.weight * first(it) for it in items if it.stratum == "take-all")
+            / st.first_reply_tokens,
+            6,
+        )
+        if st.first_reply_tokens
+        else None,
+        "residual": {
+            "rows": gap(sum(it.weight for it in items), st.rows),
+            "prompt_tokens": gap(
+                sum(it.weight * it.n_prompt_tokens for it in items), st.prompt_tokens
+            ),
+            "first_reply_tokens": gap(
+                sum(it.weight * first(it) for it in items), st.first_reply_tokens
+            ),
+        },
+    }
+
+
 def _manifest(
     config: Config,
     tinfo: TokenizerInfo,
@@ -1716,6 +1761,7 @@ def _manifest(
             "fidelity": dict(sorted(fid.items())),
             # How the turns were recovered: `turns` (every turn recognised) or `flat` (fallback).
             "structure": dict(sorted(structure.items())),
+            "design": _design_summary([it for it in items if it.source == src], st),
         }
     data_spec = sorted(str(d) for d in data) if isinstance(data, (list, tuple)) else str(data)
     cfg = config.to_dict()
