@@ -33,7 +33,14 @@ from distprompt.errors import ConfigError, InputError, TokenizerError
 from distprompt.read.scan import BottomK, Partial, load_candidates, scan
 from distprompt.read.shards import ShardSet, find_shards
 from distprompt.read.spill import WindowStore
-from distprompt.records import Candidate, Shard, SourceStats, SuiteItem, histogram_quantiles
+from distprompt.records import (
+    Candidate,
+    Shard,
+    SourceStats,
+    SuiteItem,
+    histogram_quantiles,
+    max_tokens_for,
+)
 from distprompt.recover.checks import (
     ROUND_TRIP_SAMPLE,
     Checks,
@@ -264,7 +271,7 @@ def build_suite(
                 if big:
                     without_items = build_report(
                         evidence, stats=part.stats, quotas=quotas, items=(), selected=counts,
-                        meta=meta,
+                        meta=meta, max_output_tokens=config.max_output_tokens,
                     )  # fmt: skip
                     start_plots()
                     assert plots is not None
@@ -294,7 +301,8 @@ def build_suite(
                 plots.stop()
             raise
     report = build_report(
-        evidence, stats=part.stats, quotas=quotas, items=items, meta=meta
+        evidence, stats=part.stats, quotas=quotas, items=items, meta=meta,
+        max_output_tokens=config.max_output_tokens,
     )  # fmt: skip
     if verdict.mismatch is not None:
         # On top of every rendering of the report (report.md, report.html, the CLI line).
@@ -782,7 +790,14 @@ def _select_source(
     if k >= len(cands):
         n = len(cands)
         every = [(c, 1, 1.0 / n) for c in cands]
-        ev = measure_source(cands, range(n), [1.0 / n] * n, stats=stats, seed=config.seed)
+        ev = measure_source(
+            cands,
+            range(n),
+            [1.0 / n] * n,
+            stats=stats,
+            seed=config.seed,
+            max_output_tokens=config.max_output_tokens,
+        )
         return every, ev
     # Cut to the feature budget as they are read (a large pool's windows are read back from
     # the window store: 40 MB for the 4x benchmark corpus's SWE pool, 12 MB once cut).
@@ -808,6 +823,7 @@ def _select_source(
         log_length=feats.log_length,
         labels=sel.labels,
         seed=config.seed,
+        max_output_tokens=config.max_output_tokens,
     )
     return chosen, ev
 
@@ -1444,9 +1460,7 @@ def _make_item(
     assert cand.prompt_ids is not None and cand.prompt_mask is not None
     assert cand.response_ids is not None
     prompt_ids = [int(i) for i in cand.prompt_ids]
-    max_tokens = max(1, int(cand.response_ids.shape[0]))
-    if config.max_output_tokens is not None:
-        max_tokens = min(max_tokens, config.max_output_tokens)
+    max_tokens = max_tokens_for(int(cand.response_ids.shape[0]), config.max_output_tokens)
     messages = tools = None
     fidelity = reason = structure = None
     template_kwargs = None
