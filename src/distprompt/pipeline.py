@@ -47,7 +47,14 @@ from distprompt.errors import ConfigError, InputError, TokenizerError
 from distprompt.read.scan import BottomK, Partial, load_candidates, scan
 from distprompt.read.shards import ShardSet, find_shards
 from distprompt.read.spill import WindowStore
-from distprompt.records import Candidate, Shard, SourceStats, SuiteItem, histogram_quantiles
+from distprompt.records import (
+    Candidate,
+    Shard,
+    SourceStats,
+    SuiteItem,
+    histogram_quantiles,
+    max_tokens_for,
+)
 from distprompt.recover.checks import (
     ROUND_TRIP_SAMPLE,
     Checks,
@@ -282,7 +289,7 @@ def build_suite(
                 if big:
                     without_items = build_report(
                         evidence, stats=part.stats, quotas=quotas, items=(), selected=counts,
-                        meta=meta,
+                        meta=meta, max_output_tokens=config.max_output_tokens,
                     )  # fmt: skip
                     start_plots()
                     assert plots is not None
@@ -312,7 +319,8 @@ def build_suite(
                 plots.stop()
             raise
     report = build_report(
-        evidence, stats=part.stats, quotas=quotas, items=items, meta=meta
+        evidence, stats=part.stats, quotas=quotas, items=items, meta=meta,
+        max_output_tokens=config.max_output_tokens,
     )  # fmt: skip
     if verdict.mismatch is not None:
         # On top of every rendering of the report (report.md, report.html, the CLI line).
@@ -819,7 +827,12 @@ def _select_source(
         w = counts * rows / counts.sum()
         every = [(c, 1, float(wi), "len1") for c, wi in zip(cands, w, strict=True)]
         ev = measure_source(
-            cands, range(len(cands)), list(w / w.sum()), stats=stats, seed=config.seed
+            cands,
+            range(len(cands)),
+            list(w / w.sum()),
+            stats=stats,
+            seed=config.seed,
+            max_output_tokens=config.max_output_tokens,
         )
         return every, ev
     taken_keys = {c.key for c in taken}
@@ -830,7 +843,12 @@ def _select_source(
     if k_rest <= 0:
         members = taken
         ev = measure_source(
-            members, range(len(members)), _shares(fixed), stats=stats, seed=config.seed
+            members,
+            range(len(members)),
+            _shares(fixed),
+            stats=stats,
+            seed=config.seed,
+            max_output_tokens=config.max_output_tokens,
         )
         return chosen, ev
     # Cut to the feature budget as they are read (a large pool's windows are read back from
@@ -907,6 +925,7 @@ def _select_source(
         log_length=feats.log_length,
         labels=all_labels,
         seed=config.seed,
+        max_output_tokens=config.max_output_tokens,
     )
     return chosen, ev
 
@@ -1624,9 +1643,7 @@ def _make_item(
     assert cand.prompt_ids is not None and cand.prompt_mask is not None
     assert cand.response_ids is not None
     prompt_ids = [int(i) for i in cand.prompt_ids]
-    max_tokens = max(1, int(cand.response_ids.shape[0]))
-    if config.max_output_tokens is not None:
-        max_tokens = min(max_tokens, config.max_output_tokens)
+    max_tokens = max_tokens_for(int(cand.response_ids.shape[0]), config.max_output_tokens)
     messages = tools = None
     fidelity = reason = structure = None
     template_kwargs = None

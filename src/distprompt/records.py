@@ -33,6 +33,8 @@ __all__ = [
     "feature_window",
     "histogram_quantiles",
     "is_shard_file",
+    "max_tokens_for",
+    "max_tokens_histogram",
     "reply_features",
 ]
 
@@ -415,6 +417,33 @@ class SourceStats:
         self.first_reply_tokens += other.first_reply_tokens
         self.first_reply_lengths.update(other.first_reply_lengths)
         return self
+
+
+def max_tokens_for(first_reply: int, cap: int | None = None) -> int:
+    """The output length a suite item asks for (``max_tokens``) given the length of its row's
+    first reply: at least 1, at most ``cap`` (``max_output_tokens``).
+
+    Example:
+        >>> max_tokens_for(0), max_tokens_for(700), max_tokens_for(700, 512)
+        (1, 700, 512)
+    """
+    n = max(1, int(first_reply))
+    return n if cap is None else min(n, int(cap))
+
+
+def max_tokens_histogram(first_reply: Mapping[int, int], cap: int | None = None) -> Counter[int]:
+    """A first-reply histogram (:attr:`SourceStats.first_reply_lengths`) as the corpus's
+    ``max_tokens`` histogram: each length through :func:`max_tokens_for`, so a capped suite is
+    compared with the capped corpus.
+
+    Example:
+        >>> sorted(max_tokens_histogram({0: 2, 300: 1, 900: 4}, 512).items())
+        [(1, 2), (300, 1), (512, 4)]
+    """
+    out: Counter[int] = Counter()
+    for n, count in first_reply.items():
+        out[max_tokens_for(n, cap)] += count
+    return out
 
 
 def histogram_quantiles(counts: Mapping[int, int], ps: Sequence[float]) -> list[int]:
