@@ -1704,7 +1704,7 @@ def _design_summary(items: Sequence[SuiteItem], st: SourceStats) -> dict[str, An
         return len(it.response_ids) if it.response_ids is not None else it.max_tokens
 
     def gap(got: float, want: float) -> float | None:
-        return round((got - want) / want, 6) if want else None
+        return round((got - want) / want, 6) + 0.0 if want else None
 
     return {
         "strata": dict(sorted(strata.items())),
