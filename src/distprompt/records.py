@@ -182,9 +182,11 @@ def reply_features(prompt_ids: np.ndarray, reply_ids: np.ndarray) -> np.ndarray:
     p = np.asarray(prompt_ids)[-_REPLY_PROMPT_TOKENS:]
     r4, p4 = _grams4(r), _grams4(p)
     n4 = r4.shape[0]
+    copy4 = _found(r4, p4)
     shares = (
-        _found(r4, p4),
-        _found(_pairs(r4), _pairs(p4)),
+        copy4,
+        # an 8-gram of the prompt is two of its 4-grams: none of those, none of these
+        _found(_pairs(r4), _pairs(p4)) if copy4 > 0 else 0.0,
         1.0 - _distinct(r4) / n4 if n4 else 0.0,
         _distinct(r) / r.shape[0],
     )

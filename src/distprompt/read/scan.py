@@ -62,9 +62,11 @@ _LE_I8 = np.dtype("<i8")
 SAMPLE = 64
 #: Candidates whose prompt key is among a source's this many smallest (a uniform sample of its
 #: unique prompts) get their first reply's content measured in the pass (:func:`reply_features`):
-#: the reference that selection calibrates weights to. Measuring every candidate would cost
-#: ~45 us a short row, more than half of what reading it costs.
-REPLY_SAMPLE = 2048
+#: the reference that selection calibrates weights to and herds among. Measuring every candidate
+#: would cost ~45 us a short row, more than half of what reading it costs; a running bottom-m
+#: measures about ``m (1 + ln(rows / m))`` rows of a source (2048: +25 % CPU for the whole
+#: export on the benchmark corpus; 512: see benchmarks/RESULTS.md).
+REPLY_SAMPLE = 512
 #: Rows with the longest first replies kept per source, whatever their key (:class:`TopReplies`).
 HEAVY = 128
 
