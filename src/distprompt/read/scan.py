@@ -454,11 +454,12 @@ class TopReplies:
     (the longest reply). Merges like the pool: the top ``k`` of a union is in the union of each
     part's top ``k``."""
 
-    __slots__ = ("_entries", "k")
+    __slots__ = ("_entries", "_keys", "k")
 
     def __init__(self, k: int) -> None:
         self.k = k
         self._entries: list[tuple[int, int, Candidate]] = []  # heap: (length, -key, cand)
+        self._keys: set[int] = set()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -471,16 +472,20 @@ class TopReplies:
     def add(self, cand: Candidate) -> None:
         item = (cand.first_response_length, -cand.key, cand)
         e = self._entries
-        for i, (n, nk, c) in enumerate(e):
-            if c.key == cand.key:
-                if item[:2] > (n, nk) or (n == item[0] and cand.provenance < c.provenance):
-                    e[i] = item
-                    heapq.heapify(e)
-                return
+        if cand.key in self._keys:  # the same prompt again: the longer reply (then the first)
+            i = next(i for i, t in enumerate(e) if t[2].key == cand.key)
+            n, c = e[i][0], e[i][2]
+            if item[0] > n or (item[0] == n and cand.provenance < c.provenance):
+                e[i] = item
+                heapq.heapify(e)
+            return
         if len(e) < self.k:
             heapq.heappush(e, item)
         elif item[:2] > e[0][:2]:
-            heapq.heapreplace(e, item)
+            self._keys.discard(heapq.heapreplace(e, item)[2].key)
+        else:
+            return
+        self._keys.add(cand.key)
 
     def merge(self, other: TopReplies) -> TopReplies:
         for _, _, c in other._entries:
@@ -706,7 +711,8 @@ def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> No
             return
     window = _compact(feature_window(prompt))
     whole = window.shape[0] == prompt.shape[0]
-    reply_ids = row.ids(start, end) if hold or heavy or _in_reference(part, source, key) else None
+    # the reply's features for the reference sample only (the take-all rows need none)
+    reply_ids = row.ids(start, end) if hold or _in_reference(part, source, key) else None
     cand = Candidate(
         key=key,
         source=row.source,
