@@ -119,6 +119,11 @@ def test_old_suites_need_the_corpus_and_read_the_replies_from_it(
     from_data = simulate_suite(old, data=data, random_samples=3)
     from_ids = simulate_suite(suite, data=data, random_samples=3)
     assert from_data == from_ids
+    # the items' own response_ids give the suite's figures the corpus pass gives
+    alone = simulate_suite(suite)
+    assert [(r.suite, r.low, r.high) for r in alone.rows] == [
+        (r.suite, r.low, r.high) for r in from_ids.rows
+    ]
 
 
 def test_another_corpus_is_refused(exported: Any, tmp_path: Path, qwen_tokenizer: Any) -> None:
