@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from distprompt import ConfigError, InputError, Simulation, simulate_suite
 from distprompt.cli import main
 from distprompt.evaluate import DEFAULT_DRAFTERS, Drafter, simulate_many
-from distprompt.evaluate.simulate import FIGURES, MIX
+from distprompt.evaluate.simulation import FIGURES, MIX
 
 from factories import make_corpus, suite_item
 

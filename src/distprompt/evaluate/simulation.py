@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from distprompt.records import SuiteItem
     from distprompt.write.suite import Suite
 
-logger = logging.getLogger("distprompt.evaluate.simulate")
+logger = logging.getLogger("distprompt.evaluate.simulation")
 
 __all__ = ["FIGURES", "MIX", "Simulation", "SimulationRow", "simulate_suite"]
 
