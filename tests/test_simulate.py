@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from distprompt import ConfigError, InputError, Simulation, simulate_suite
 from distprompt.cli import main
 from distprompt.evaluate import DEFAULT_DRAFTERS, Drafter, simulate_many
-from distprompt.evaluate.simulate import FIGURES, MIX
+from distprompt.evaluate.simulation import FIGURES, MIX
 
 from factories import make_corpus, suite_item
 
@@ -119,6 +119,11 @@ def test_old_suites_need_the_corpus_and_read_the_replies_from_it(
     from_data = simulate_suite(old, data=data, random_samples=3)
     from_ids = simulate_suite(suite, data=data, random_samples=3)
     assert from_data == from_ids
+    # the items' own response_ids give the suite's figures the corpus pass gives
+    alone = simulate_suite(suite)
+    assert [(r.suite, r.low, r.high) for r in alone.rows] == [
+        (r.suite, r.low, r.high) for r in from_ids.rows
+    ]
 
 
 def test_another_corpus_is_refused(exported: Any, tmp_path: Path, qwen_tokenizer: Any) -> None:

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from distprompt.records import SuiteItem
     from distprompt.write.suite import Suite
 
-logger = logging.getLogger("distprompt.evaluate.simulate")
+logger = logging.getLogger("distprompt.evaluate.simulation")
 
 __all__ = ["FIGURES", "MIX", "Simulation", "SimulationRow", "simulate_suite"]
 
@@ -281,7 +281,6 @@ class _Corpus:
         where = {(it.provenance.shard, it.provenance.line): i for i, it in enumerate(items)}
         per_source: dict[str, array[int]] = {}
         at_items: dict[int, np.ndarray] = {}
-        width = len(drafters) * _COLS
         for source, shard, line, prompt, reply in _rows(data, glob=glob, progress=progress):
             row = _row(simulate_many(prompt, reply, drafters), drafters)
             per_source.setdefault(source, array("i")).extend(row)
@@ -300,7 +299,7 @@ class _Corpus:
             s: np.frombuffer(a, dtype=np.int32).reshape(-1, len(drafters), _COLS).astype(np.int64)
             for s, a in sorted(per_source.items())
         }
-        if width and not counts:
+        if not counts:
             raise InputError("DATA: expected rows, found none; pass the suite's corpus")
         return cls(counts=counts, at_items=at_items)
 
@@ -342,11 +341,11 @@ def _item_counts(
     out = np.zeros((len(items), len(drafters), _COLS), dtype=np.int64)
     lacking = []
     for i, it in enumerate(items):
-        if it.response_ids is not None:
+        if corpus is not None and i in corpus.at_items:
+            out[i] = corpus.at_items[i]  # simulated in the pass: the same prompt and reply
+        elif it.response_ids is not None:
             counts = simulate_many(np.array(it.prompt_ids), np.array(it.response_ids), drafters)
             out[i] = np.array(_row(counts, drafters)).reshape(-1, _COLS)
-        elif corpus is not None and i in corpus.at_items:
-            out[i] = corpus.at_items[i]
         else:
             lacking.append(it)
     if lacking and corpus is None:
