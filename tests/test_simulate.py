@@ -205,3 +205,33 @@ def test_cli_simulate(exported: Any, tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["simulate", str(suite), "--drafter", "bogus", "--out", str(out)]) == 2
     assert "expected a name like" in capsys.readouterr().err
     assert main(["simulate", str(tmp_path / "none")]) == 2
+
+
+def test_simulate_into_the_suite_puts_its_verdict_into_the_report(
+    exported: Any, tmp_path: Path
+) -> None:
+    import shutil
+
+    from distprompt.write.report import Report
+
+    data, suite = exported
+    folder = tmp_path / "suite"
+    shutil.copytree(suite, folder)
+    assert Report.load(folder).speculation == {}
+    sim = simulate_suite(folder, data=data, random_samples=4, drafters=["ngram[1-3]k4"], out=folder)
+    report = Report.load(folder)
+    rows = report.speculation["rows"]
+    assert [(r["drafter"], r["figure"]) for r in rows] == [("ngram[1-3]k4", f) for f in FIGURES]
+    assert all(r["scope"] == MIX for r in rows)
+    assert "4 uniform random samples" in report.speculation["verdict"]
+    md = (folder / "report.md").read_text()
+    assert "## Speculation, simulated from the recorded replies" in md
+    assert report.speculation["verdict"] in md
+    assert "Speculation, simulated" in (folder / "report.html").read_text()
+    # without the corpus the verdict says what to run; a folder without a report is left alone
+    simulate_suite(folder, drafters=["ngram[1-3]k4"], out=folder)
+    assert "--data DATA" in Report.load(folder).speculation["verdict"]
+    other = tmp_path / "elsewhere"
+    simulate_suite(folder, data=data, random_samples=2, drafters=["ngram[1-3]k4"], out=other)
+    assert not (other / "report.json").exists()
+    assert sim.random_samples == 4

@@ -974,9 +974,7 @@ def _calibrated(
         # estimated from the measured candidates (a uniform sample of the pool); on the TUNE
         # corpora (benchmarks/RESULTS.md) all four beat copy4 and repeat4 alone
         per_token = (
-            (mass[ref] * first[ref])
-            @ shares[ref]
-            / max(1e-9, float(mass[ref] @ first[ref]))
+            (mass[ref] * first[ref]) @ shares[ref] / max(1e-9, float(mass[ref] @ first[ref]))
         )
         for j in range(shares.shape[1]):
             cols.append(first * shares[:, j])
