@@ -1774,7 +1774,10 @@ def _manifest(
             "target": quotas[src].target,
             "selected": selected.get(src, 0),
             "prompt_tokens": _quantiles(st.prompt_lengths),
+            # n_response_tokens: the whole rest of the row, every later turn included
             "response_tokens": _quantiles(st.response_lengths),
+            # the first assistant span after the prompt: what max_tokens asks for
+            "first_reply_tokens": _quantiles(st.first_reply_lengths),
             "fidelity": dict(sorted(fid.items())),
             # How the turns were recovered: `turns` (every turn recognised) or `flat` (fallback).
             "structure": dict(sorted(structure.items())),
