@@ -4,7 +4,8 @@ Hashes of ``suite.jsonl`` and of the stable part of ``manifest.json`` (without t
 versions, the tokenizer's path and the DATA spelling) for ``--per-source 20``, seed 0, Qwen3:
 
 * ``FULL_PROMPT_*``: features from whole prompts — the output before issue 10, reproduced by the
-  current code when the feature window is made larger than every prompt;
+  current code when the feature window is made larger than every prompt (``suite.jsonl`` since
+  issue 26 with each item's ``response_ids`` appended; without that key, the same bytes);
 * ``SUITE``: the current output, features from the bounded window (head 256 + tail 256 tokens;
   a deliberate change, measured in docs/concepts.md).
 
@@ -32,7 +33,7 @@ VERSIONS = {
     "tokenizers": "0.23.3",
     "transformers": "5.24.0",
 }
-FULL_PROMPT_SUITE = "94fd381df66fdb60a81d6f91b2795b21cbcf2a907dede7d0c00282db960a6989"
+FULL_PROMPT_SUITE = "b63796bffc8f9e4c1957b23df0109b2209c4d8f29689da82e02d1d17942d75ce"
 FULL_PROMPT_REPORT = "2c376c325067bd4bb134b6bf87695f4a2de83700a2079c9fd961b3dd937b8ec2"
 SUITE = "f805f3a7e14814a4770f85ff627b2c7947a82dc96285dbe6f7652ff0c7638b5e"
 MANIFEST = "8918ca5706d49e3577fbf1d78bb6246223b26ac82066e5080d58f1779760f125"

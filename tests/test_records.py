@@ -70,6 +70,16 @@ def test_suite_item_survives_a_json_line() -> None:
     line = orjson.dumps(item.to_dict())
     assert SuiteItem.from_dict(orjson.loads(line)) == item
     assert list(orjson.loads(line))[:3] == ["id", "source", "prompt"]  # fixed key order
+    with_reply = dataclasses.replace(item, response_ids=(7, 8, 151645))
+    d = orjson.loads(orjson.dumps(with_reply.to_dict()))
+    assert list(d)[-2:] == ["prompt_ids", "response_ids"]
+    assert SuiteItem.from_dict(d) == with_reply
+
+
+def test_a_suite_line_without_response_ids_reads_as_none() -> None:
+    d = suite_item(1).to_dict()
+    del d["response_ids"]  # a suite written before they were kept
+    assert SuiteItem.from_dict(d).response_ids is None
 
 
 def test_source_stats_merge_adds_every_counter() -> None:

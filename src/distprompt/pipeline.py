@@ -1475,6 +1475,7 @@ def _make_item(
         provenance=cand.provenance,
         prompt_ids=tuple(prompt_ids),
         response=decode(tokenizer, cand.response_ids, keep_special=False),
+        response_ids=tuple(cand.response_ids.tolist()),
         duplicates=cand.count,
         messages=messages,
         tools=tools,

@@ -196,6 +196,9 @@ class SuiteItem:
         weight: Share of the source's candidates the item stands for; sums to 1 per source.
         provenance: Where the row lives in the corpus.
         prompt_ids: The exact prompt token ids.
+        response_ids: The recorded first response's token ids (what model-free drafters are
+            simulated on, :mod:`distprompt.evaluate`); None in suites written before they were
+            kept.
         response: Decoded recorded first response (special tokens skipped).
         duplicates: How many rows of the corpus carry exactly this prompt.
         messages: Recovered chat turns (OpenAI style), when turn recovery ran.
@@ -221,6 +224,7 @@ class SuiteItem:
     provenance: Provenance
     prompt_ids: tuple[int, ...] = field(repr=False)
     response: str = field(default="", repr=False)
+    response_ids: tuple[int, ...] | None = field(default=None, repr=False)
     duplicates: int = 1
     messages: tuple[dict[str, Any], ...] | None = field(default=None, repr=False)
     tools: tuple[dict[str, Any], ...] | None = field(default=None, repr=False)
@@ -251,6 +255,7 @@ class SuiteItem:
             "chat_template_kwargs": self.chat_template_kwargs,
             "response": self.response,
             "prompt_ids": list(self.prompt_ids),
+            "response_ids": list(self.response_ids) if self.response_ids is not None else None,
         }
         return d
 
@@ -258,6 +263,7 @@ class SuiteItem:
     def from_dict(cls, d: dict[str, Any]) -> SuiteItem:
         messages = d.get("messages")
         tools = d.get("tools")
+        response_ids = d.get("response_ids")
         return cls(
             id=str(d["id"]),
             source=str(d["source"]),
@@ -271,6 +277,7 @@ class SuiteItem:
             provenance=Provenance.from_dict(d["provenance"]),
             prompt_ids=tuple(int(i) for i in d["prompt_ids"]),
             response=str(d.get("response", "")),
+            response_ids=tuple(int(i) for i in response_ids) if response_ids is not None else None,
             duplicates=int(d.get("duplicates", 1)),
             messages=tuple(messages) if messages is not None else None,
             tools=tuple(tools) if tools is not None else None,

@@ -1,0 +1,22 @@
+"""Evaluation without a server: speculative decoding simulated from the recorded replies.
+
+``drafters`` holds the model-free drafters and their exact simulation (numpy only).
+"""
+
+from distprompt.evaluate.drafters import (
+    DEFAULT_DRAFTERS,
+    DRAFTER_KINDS,
+    Drafter,
+    SpecCounts,
+    simulate,
+    simulate_many,
+)
+
+__all__ = [
+    "DEFAULT_DRAFTERS",
+    "DRAFTER_KINDS",
+    "Drafter",
+    "SpecCounts",
+    "simulate",
+    "simulate_many",
+]
