@@ -60,6 +60,8 @@ CELL_SHARE = 0.8
 #: Issue 26's bars: the share of cells passing, and the corpus-level share of samples beaten.
 SOURCES_BAR = 0.8
 CORPUS_BAR = 0.9
+#: Errors closer than this share of the exact value are a tie (rounding, not a difference).
+TIE = 1e-9
 #: Per drafter, the row counts cached: (tokens, steps, drafted, accepted).
 FIELDS = ("tokens", "steps", "drafted", "accepted")
 
@@ -241,9 +243,12 @@ def abs_error(est: float, exact: float) -> float:
     return math.inf if math.isnan(est) else abs(est - exact)
 
 
-def beats(err_suite: float, err_random: Sequence[float]) -> int:
-    """How many random samples the suite beats (strictly smaller absolute error)."""
-    return sum(1 for e in err_random if err_suite < e)
+def beats(err_suite: float, err_random: Sequence[float], *, tol: float = 0.0) -> int:
+    """How many random samples the suite beats: a strictly smaller absolute error, by more than
+    ``tol`` (so that a random sample holding the suite's rows, whose error differs from the
+    suite's only by rounding, is a tie, not a win or a loss that depends on the weights' scale).
+    """
+    return sum(1 for e in err_random if err_suite < e - tol)
 
 
 def cell_passes(wins: int, n_random: int) -> bool:
@@ -312,7 +317,15 @@ def evaluate(
             errs = [abs_error(estimate(num, den, d, np.ones(d.shape[0])), exact) for d in draws[s]]
             exhaustive = len(set(idx.tolist())) >= rows.shape[0]
             cells.append(
-                Cell(s, name, exact, est, beats(abs_error(est, exact), errs), n_random, exhaustive)
+                Cell(
+                    s,
+                    name,
+                    exact,
+                    est,
+                    beats(abs_error(est, exact), errs, tol=TIE * abs(exact)),
+                    n_random,
+                    exhaustive,
+                )
             )
         # Corpus level: sources combined by their row shares.
         exact = estimate(num, den, np.arange(total), np.ones(total))
@@ -339,7 +352,15 @@ def evaluate(
             )
             errs.append(abs_error(estimate(num, den, r_idx, r_w), exact))
         cells.append(
-            Cell(None, name, exact, est, beats(abs_error(est, exact), errs), n_random, False)
+            Cell(
+                None,
+                name,
+                exact,
+                est,
+                beats(abs_error(est, exact), errs, tol=TIE * abs(exact)),
+                n_random,
+                False,
+            )
         )
     return cells
 

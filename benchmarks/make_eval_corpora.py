@@ -609,55 +609,6 @@ def conversations(src: Source, seed: int) -> list[dict[str, Any]]:
     return out
 
 
-def encoder(tok: Any) -> Any:
-    """``make_samples.Encoder`` for ``tok``; for a template that writes nothing after an assistant
-    turn (the GLM-like one: the next role marker ends it), a turn ends where the conversation up
-    to and including it ends."""
-    samples = _module("make_samples", REPO / "scripts" / "make_samples.py")
-
-    class TurnEncoder(samples.Encoder):  # type: ignore[misc,name-defined]
-        def _end_of_turn(self) -> int:
-            try:
-                return int(super()._end_of_turn())
-            except SystemExit:
-                return -1
-
-        def encode(self, conv: dict[str, Any]) -> dict[str, Any] | None:
-            if self.end_of_turn >= 0:
-                return dict(super().encode(conv) or {}) or None
-            msgs, tools = conv["messages"], conv.get("tools")
-            full = self.ids(msgs, tools, gen=False)
-            assistants = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
-            mask = [0] * len(full)
-            n_prompt = None
-            for k in assistants:
-                pre = self.ids(msgs[:k], tools, gen=True)
-                upto = self.ids(msgs[: k + 1], tools, gen=False)
-                if full[: len(pre)] != pre or full[: len(upto)] != upto:
-                    if n_prompt is None:
-                        self._count("rows skipped: trained turn breaks the prefix property")
-                        return None
-                    self._count(
-                        "later assistant turns left unmasked: they break the prefix property"
-                    )
-                    continue
-                for j in range(len(pre), len(upto)):
-                    mask[j] = 1
-                if n_prompt is None:
-                    n_prompt = len(pre)
-            assert n_prompt is not None
-            return {
-                "input_ids": full,
-                "loss_mask": mask,
-                "seq_len": len(full),
-                "n_prompt_tokens": n_prompt,
-                "n_response_tokens": len(full) - n_prompt,
-                "source": conv["source"],
-            }
-
-    return TurnEncoder(tok)
-
-
 def tokenizer_for(template: str, dest: Path) -> tuple[Any, str]:
     """The loaded tokenizer and the folder ``build_suite`` is given for it."""
     samples = _module("make_samples", REPO / "scripts" / "make_samples.py")
@@ -674,7 +625,7 @@ def write_corpus(corpus: Corpus, out: Path) -> dict[str, Any]:
     """Write one corpus and its ``corpus.json``; returns the summary written there."""
     dest = out / corpus.name
     tok, folder = tokenizer_for(corpus.template, dest)
-    enc = encoder(tok)
+    enc = _module("make_samples", REPO / "scripts" / "make_samples.py").Encoder(tok)
     sources = []
     for src in corpus.sources:
         lines = []

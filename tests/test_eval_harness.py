@@ -168,3 +168,60 @@ def test_render_marks_tune_and_judge(tmp_path: Path) -> None:
     text = H.render([(spec, 20, cells)], 5, 1.0)
     assert "| c | JUDGE | 20 |" in text
     assert "**corpus**" in text and "all" in text
+
+
+def test_row_counts_follow_the_first_reply_and_are_cached(
+    tmp_path: Path, qwen_tokenizer, make_samples
+) -> None:
+    from distprompt.evaluate.drafters import DEFAULT_DRAFTERS, simulate_many
+
+    from factories import make_corpus, write_shard
+
+    prepared = make_corpus(tmp_path / "c", qwen_tokenizer, {"chat": 5, "talk": 4})
+    # A multi-turn row: the first reply is the first trained span, not the whole response.
+    msgs = [
+        {"role": "user", "content": "Say ok twice."},
+        {"role": "assistant", "content": "ok ok"},
+        {"role": "user", "content": "Again, longer."},
+        {"role": "assistant", "content": "ok " * 30},
+    ]
+    multi = make_samples.Encoder(qwen_tokenizer).encode(
+        {"messages": msgs, "tools": None, "train": "first", "source": "multi"}
+    )
+    write_shard(prepared / "Z1_multi" / "tokenized_data.jsonl", [multi])
+    cache = tmp_path / "c" / "rowcounts.npz"
+    counts = H.row_counts(prepared, cache, jobs=1)
+    assert cache.exists()
+    assert counts.line.shape[0] == 10
+    assert counts.drafters == tuple(d.name for d in DEFAULT_DRAFTERS)
+    i = counts.index()[("Z1_multi/tokenized_data.jsonl", 1)]
+    ids = np.array(multi["input_ids"])
+    start = multi["n_prompt_tokens"]
+    end = start + multi["loss_mask"][start:].index(0)
+    assert counts.reply[i] == end - start < multi["n_response_tokens"]
+    got = simulate_many(ids[:start], ids[start:end], DEFAULT_DRAFTERS)
+    for j, d in enumerate(DEFAULT_DRAFTERS):
+        assert counts.counts[i, j].tolist() == [getattr(got[d.name], f) for f in H.FIELDS]
+    again = H.row_counts(prepared, cache, jobs=1)  # from the cache
+    assert np.array_equal(again.counts, counts.counts) and list(again.shard) == list(counts.shard)
+    # A changed shard is counted again, not read from a stale cache.
+    write_shard(prepared / "Z1_multi" / "tokenized_data.jsonl", [multi, multi])
+    assert H.row_counts(prepared, cache, jobs=1).line.shape[0] == 11
+
+
+@pytest.mark.slow
+def test_suite_items_are_found_by_provenance(
+    tmp_path: Path, qwen_dir: Path, qwen_tokenizer
+) -> None:
+    from factories import make_corpus
+
+    prepared = make_corpus(tmp_path / "c", qwen_tokenizer, {"chat": 12, "talk": 9})
+    spec = H.CorpusSpec("c", "JUDGE", prepared, str(qwen_dir), tmp_path / "c" / "rowcounts.npz")
+    counts = H.row_counts(prepared, spec.cache, jobs=1)
+    rows = H.suite_rows(spec, counts, 4)
+    assert sorted(rows) == ["chat", "talk"]
+    for s, (idx, w) in rows.items():
+        assert idx.shape[0] == 4 and (w > 0).all()
+        assert set(counts.source[idx].tolist()) == {s}
+    cells = H.evaluate(counts, rows, n_random=20, seed=0)
+    assert {c.source for c in cells} == {"chat", "talk", None}
