@@ -453,6 +453,35 @@ def _mark(ok: bool) -> str:
     return "✓" if ok else "✗"
 
 
+def by_role(results: list[tuple[CorpusSpec, int, list[Cell]]]) -> list[str]:
+    """Per role and n, over every corpus and metric: cells passing, and metrics whose
+    corpus-level share of random samples beaten reaches the bar."""
+    lines = [
+        "| role | n | cells passing | corpus-level metrics ≥ "
+        f"{CORPUS_BAR:.0%} | corpora × metrics meeting both bars |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    groups: dict[tuple[str, int], list[dict[str, tuple[int, int, float]]]] = {}
+    for spec, n, cells in results:
+        groups.setdefault((spec.role, n), []).append(summary(cells))
+    for (role, n), sums in groups.items():
+        ok = sum(v[0] for sm in sums for v in sm.values())
+        counted = sum(v[1] for sm in sums for v in sm.values())
+        corpus_ok = sum(v[2] >= CORPUS_BAR for sm in sums for v in sm.values())
+        both = sum(
+            v[1] > 0 and v[0] / v[1] >= SOURCES_BAR and v[2] >= CORPUS_BAR
+            for sm in sums
+            for v in sm.values()
+        )
+        metrics = sum(len(sm) for sm in sums)
+        share = f"{ok / counted:.0%}" if counted else "–"
+        lines.append(
+            f"| {role} | {n} | {ok}/{counted} ({share}) | {corpus_ok}/{metrics} | "
+            f"{both}/{metrics} |"
+        )
+    return lines
+
+
 def render(results: list[tuple[CorpusSpec, int, list[Cell]]], n_random: int, seconds: float) -> str:
     metrics = list(dict.fromkeys(c.metric for _, _, cells in results for c in cells))
     head = "| corpus | role | n | " + " | ".join(metrics) + " |"
@@ -473,6 +502,7 @@ def render(results: list[tuple[CorpusSpec, int, list[Cell]]], n_random: int, sec
             good = counted > 0 and frac >= SOURCES_BAR and share >= CORPUS_BAR
             row.append(f"{ok}/{counted} · {share:.0%} {_mark(good)}")
         lines.append(f"| {spec.name} | {spec.role} | {n} | " + " | ".join(row) + " |")
+    lines += ["", *by_role(results)]
     lines += [
         "",
         f"Harness time: {seconds:.0f} s (row counts cached in rowcounts.npz after the first run).",

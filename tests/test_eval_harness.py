@@ -168,6 +168,7 @@ def test_render_marks_tune_and_judge(tmp_path: Path) -> None:
     text = H.render([(spec, 20, cells)], 5, 1.0)
     assert "| c | JUDGE | 20 |" in text
     assert "**corpus**" in text and "all" in text
+    assert "| JUDGE | 20 | 0/0 (–) | 0/3 | 0/3 |" in text  # exhaustive: nothing counted
 
 
 def test_row_counts_follow_the_first_reply_and_are_cached(
