@@ -234,6 +234,7 @@ def grouped_candidates(source: str, per: int = 10) -> tuple[list[Any], np.ndarra
             st.rows += 1
             st.prompt_lengths[10 * 2**g] += 1
             st.response_lengths[5 * (g + 1)] += 1
+            st.first_reply_lengths[5 * (g + 1)] += 1
     return cands, np.array(content), st
 
 

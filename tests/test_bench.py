@@ -19,9 +19,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from distprompt import BenchResults, Suite, SuiteItem, bench, bench_compare, import_aiperf
-from distprompt.benchmark.stats import corpus_estimate
+from distprompt.benchmark.stats import RatioParts, corpus_estimate, request_parts
 from distprompt.cli import main
 from distprompt.errors import ConfigError, OutputError, ServerError
 from distprompt.records import Provenance
@@ -85,28 +87,40 @@ def _by_key(log: list[Any]) -> dict[str, Any]:
 
 
 def _hand_estimate(
-    records: list[dict[str, Any]], fig: str, shares: dict[str, float], c: int
+    parts: dict[str, list[tuple[float, float, float]]], shares: dict[str, float]
 ) -> tuple[float, float, float]:
-    """The corpus estimate and its interval, computed here from the documented procedure."""
-    per: dict[str, list[tuple[float, float]]] = {}
+    """The corpus estimate and its interval, computed here from the documented procedure:
+    ``source -> [(num, den, weight)]``, weights scaled to the source's share, ratio of sums."""
+    tot = sum(shares[s] for s in parts)
+    num = den = 0.0
+    for s, rows in parts.items():
+        w = np.array([x[2] for x in rows])
+        num += shares[s] / tot * sum(x[0] * x[2] for x in rows) / w.sum()
+        den += shares[s] / tot * sum(x[1] * x[2] for x in rows) / w.sum()
+    rng = np.random.default_rng(0)
+    bn, bd = np.zeros(2000), np.zeros(2000)
+    for s in sorted(parts):
+        a = np.array(parts[s])
+        idx = rng.integers(0, len(a), size=(2000, len(a)))
+        wb = a[idx, 2] / a[idx, 2].sum(axis=1, keepdims=True)
+        bn += shares[s] / tot * (wb * a[idx, 0]).sum(axis=1)
+        bd += shares[s] / tot * (wb * a[idx, 1]).sum(axis=1)
+    lo, hi = np.percentile(bn / bd, [2.5, 97.5])
+    return num / den, float(lo), float(hi)
+
+
+def _server_parts(
+    records: list[dict[str, Any]], produced: dict[str, Any], fig: str, c: int
+) -> dict[str, list[tuple[float, float, float]]]:
+    """Per source, the server's own (num, den) of each successful request at level ``c`` and
+    its item weight: SGLang's tokens / verify steps, accepted / proposed drafts."""
+    out: dict[str, list[tuple[float, float, float]]] = {}
     for r in records:
         if r["concurrency"] == c and r["error_kind"] is None:
-            per.setdefault(r["source"], []).append((r[fig], r["weight"]))
-    tot = sum(shares[s] for s in per)
-    point = 0.0
-    for s, vw in per.items():
-        v = np.array([x for x, _ in vw])
-        w = np.array([y for _, y in vw])
-        point += shares[s] / tot * (v * w).sum() / w.sum()
-    rng = np.random.default_rng(0)
-    boot = np.zeros(2000)
-    for s in sorted(per):
-        v = np.array([x for x, _ in per[s]])
-        w = np.array([y for _, y in per[s]])
-        idx = rng.integers(0, len(v), size=(2000, len(v)))
-        boot += shares[s] / tot * (v[idx] * w[idx]).sum(axis=1) / w[idx].sum(axis=1)
-    lo, hi = np.percentile(boot, [2.5, 97.5])
-    return point, float(lo), float(hi)
+            p = produced[r["id"]]
+            nd = (p.n, p.steps) if fig == "accept_length" else (p.accepted, p.drafted)
+            out.setdefault(r["source"], []).append((*nd, r["weight"]))
+    return out
 
 
 def test_sglang_sends_exact_ids_and_reports_the_servers_figures(
@@ -142,13 +156,21 @@ def test_sglang_sends_exact_ids_and_reports_the_servers_figures(
         row = {r["source"]: r for r in s["by_source"] if r["concurrency"] == c}
         for src in ROWS:
             rs = [r for r in res.requests if r["source"] == src and r["concurrency"] == c]
+            ps = [(r["weight"], produced[r["id"]]) for r in rs]
             w = sum(r["weight"] for r in rs)
-            want = sum(r["weight"] * produced[r["id"]].n / produced[r["id"]].steps for r in rs)
-            assert row[src]["accept_length"] == pytest.approx(want / w)
+            # what the server would report: Σ w·tokens / Σ w·steps, not a mean of ratios
+            want = sum(x * p.n for x, p in ps) / sum(x * p.steps for x, p in ps)
+            assert row[src]["accept_length"] == pytest.approx(want)
+            rate = sum(x * p.accepted for x, p in ps) / sum(x * p.drafted for x, p in ps)
+            assert row[src]["accept_rate"] == pytest.approx(rate)
+            mean = sum(x * p.n / p.steps for x, p in ps) / w
+            assert row[src]["accept_length_mean_per_request"] == pytest.approx(mean)
+            assert row[src]["accept_length"] != pytest.approx(mean)  # the test can tell them apart
+            assert row[src]["accept_length_steps_estimated"] == 0
             assert row[src]["output_tokens"] == sum(produced[r["id"]].n for r in rs)
         corpus = next(e for e in s["corpus"] if e["concurrency"] == c)
         for fig in ("accept_length", "accept_rate"):
-            point, lo, hi = _hand_estimate(res.requests, fig, shares, c)
+            point, lo, hi = _hand_estimate(_server_parts(res.requests, produced, fig, c), shares)
             assert corpus[fig]["estimate"] == pytest.approx(point)
             assert corpus[fig]["ci_low"] == pytest.approx(lo)
             assert corpus[fig]["ci_high"] == pytest.approx(hi)
@@ -173,13 +195,19 @@ def test_sglang_sends_exact_ids_and_reports_the_servers_figures(
 
 
 def test_corpus_interval_collapses_when_every_request_agrees() -> None:
-    est = corpus_estimate(
-        {"a": ([2.0, 2.0, 2.0], [0.2, 0.3, 0.5]), "b": ([4.0, 4.0], [0.5, 0.5])},
-        {"a": 3.0, "b": 1.0},
-    )
+    # every request of a source has the same ratio: resampling cannot move the estimate
+    a = RatioParts((4.0, 20.0, 2.0), (2.0, 10.0, 1.0), (0.2, 0.3, 0.5))
+    b = RatioParts((40.0, 8.0), (10.0, 2.0), (0.5, 0.5))
+    est = corpus_estimate({"a": a, "b": b}, {"a": 3.0, "b": 1.0})
     assert est is not None
-    assert est["estimate"] == pytest.approx(0.75 * 2.0 + 0.25 * 4.0)
-    assert est["ci_low"] == pytest.approx(2.5) and est["ci_high"] == pytest.approx(2.5)
+    # w' = share_s · w / Σ_s w; ratio of the sums of w'·num and w'·den
+    num = 0.75 * (0.2 * 4 + 0.3 * 20 + 0.5 * 2) + 0.25 * (0.5 * 40 + 0.5 * 8)
+    den = 0.75 * (0.2 * 2 + 0.3 * 10 + 0.5 * 1) + 0.25 * (0.5 * 10 + 0.5 * 2)
+    assert est["estimate"] == pytest.approx(num / den)
+    assert est["ci_low"] <= est["estimate"] <= est["ci_high"]
+    same = corpus_estimate({"a": a}, {"a": 1.0})
+    assert same is not None
+    assert same["ci_low"] == pytest.approx(2.0) and same["ci_high"] == pytest.approx(2.0)
 
 
 def test_vllm_per_request_metrics_and_ignore_eos(suite_dir: Path, tmp_path: Path) -> None:
@@ -207,6 +235,13 @@ def test_vllm_per_request_metrics_and_ignore_eos(suite_dir: Path, tmp_path: Path
         assert r["accept_rate"] == pytest.approx(p.accepted / p.drafted)
         assert r["spec_origin"] == "vllm.metrics" and r["finish_reason"] == "length"
     assert res.meta["spec_counters"] is False and res.windows == []
+    for row in res.summary["by_source"]:
+        ps = [
+            (r["weight"], produced[r["id"]]) for r in res.requests if r["source"] == row["source"]
+        ]
+        # vLLM's own aggregate: 1 + Σ accepted / Σ steps, here item-weighted
+        want = 1 + sum(w * p.accepted for w, p in ps) / sum(w * p.steps for w, p in ps)
+        assert row["accept_length"] == pytest.approx(want)
 
 
 def test_vllm_counters_are_read_per_source_window(suite_dir: Path, tmp_path: Path) -> None:
@@ -234,8 +269,12 @@ def test_vllm_counters_are_read_per_source_window(suite_dir: Path, tmp_path: Pat
                 w["accepted_tokens"] / (NUM_DRAFT * w["drafts"])
             )
         corpus = next(e for e in s["corpus"] if e["concurrency"] == c)
-        want = sum(shares[src] * rows[src]["accept_length"] for src in rows)
-        assert corpus["accept_length"]["estimate"] == pytest.approx(want)
+        # counter sums per request of each source, scaled to its share, then the ratio of sums
+        ws = {x["source"]: x for x in res.windows if x["concurrency"] == c}
+        n = {src: rows[src]["ok"] for src in rows}
+        num = sum(shares[k] * (ws[k]["drafts"] + ws[k]["accepted_tokens"]) / n[k] for k in rows)
+        den = sum(shares[k] * ws[k]["drafts"] / n[k] for k in rows)
+        assert corpus["accept_length"]["estimate"] == pytest.approx(num / den)
         assert corpus["accept_length"]["ci_low"] is None
 
 
@@ -591,3 +630,87 @@ def test_sglang_reader_takes_older_field_names() -> None:
     plain = StreamReader("sglang")
     plain.feed('{"meta_info": {"completion_tokens": 4, "finish_reason": {"type": "stop"}}}', 0.1)
     assert plain.spec is None and plain.finish_reason == "stop"
+
+
+_parts = st.lists(
+    st.tuples(
+        st.floats(0.0, 500.0), st.floats(0.5, 200.0), st.floats(0.01, 10.0)
+    ),  # (num, den, weight)
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(a=_parts, b=_parts, scale_a=st.floats(0.001, 1e4), scale_b=st.floats(0.001, 1e4))
+def test_corpus_estimate_does_not_depend_on_the_weights_unit(
+    a: list[tuple[float, float, float]],
+    b: list[tuple[float, float, float]],
+    scale_a: float,
+    scale_b: float,
+) -> None:
+    """Weights as shares of a source (sum 1) or as corpus rows (sum = the source's rows) give
+    the same figures; and a ratio of sums lies within the per-request ratios."""
+
+    def parts(rows: list[tuple[float, float, float]], k: float) -> RatioParts:
+        return RatioParts(
+            tuple(x[0] for x in rows), tuple(x[1] for x in rows), tuple(x[2] * k for x in rows)
+        )
+
+    shares = {"a": 0.3, "b": 0.7}
+    one = corpus_estimate({"a": parts(a, 1.0), "b": parts(b, 1.0)}, shares, n_boot=50)
+    scaled = corpus_estimate({"a": parts(a, scale_a), "b": parts(b, scale_b)}, shares, n_boot=50)
+    assert one is not None and scaled is not None
+    for key in ("estimate", "ci_low", "ci_high"):
+        assert scaled[key] == pytest.approx(one[key], rel=1e-9, abs=1e-12)
+    ratios = [x[0] / x[1] for x in a + b]
+    assert min(ratios) - 1e-9 <= one["estimate"] <= max(ratios) + 1e-9
+    for rows in (a, b):
+        p = parts(rows, scale_a)
+        got = p.ratio()
+        assert got is not None
+        want = sum(x[0] * x[2] for x in rows) / sum(x[1] * x[2] for x in rows)
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
+
+
+def test_request_parts_estimate_a_missing_denominator_and_say_so() -> None:
+    full = {"accept_length": 2.5, "spec_steps": 4, "spec_accepted": 6, "spec_drafted": 12}
+    assert request_parts(full, "accept_length") == (10.0, 4.0, False)
+    assert request_parts(full, "accept_rate") == (6.0, 12.0, False)
+    # no step count: steps = output tokens / accepted length (SGLang's definition)
+    bare = {"accept_length": 2.5, "accept_rate": 0.5, "output_tokens": 20}
+    assert request_parts(bare, "accept_length") == (20.0, 8.0, True)
+    assert request_parts(bare, "accept_rate") == (0.5, 1.0, True)
+    assert request_parts({"accept_rate": 0.5, "spec_steps": 3}, "accept_rate") == (1.5, 3.0, True)
+    assert request_parts({}, "accept_length") is None
+    reqs = [
+        {**full, "weight": 1.0, "error_kind": None},
+        {**bare, "weight": 1.0, "error_kind": None},
+        {**full, "weight": 5.0, "error_kind": "timeout"},  # failed: not counted
+    ]
+    p = RatioParts.of(reqs, "accept_length")
+    assert len(p) == 2 and p.estimated == 1
+    assert p.ratio() == pytest.approx(30.0 / 12.0)
+    assert p.mean_per_request() == pytest.approx(2.5)
+
+
+def test_corpus_speedup_is_the_ratio_of_corpus_throughputs() -> None:
+    # the baseline is slower on glaive than on sweagent: a mean of per-source speedups would
+    # give 0.75 * 2 + 0.25 * 1 = 1.75; serving the corpus's mix takes
+    # 0.75 * (100 / 200) + 0.25 * (100 / 100) = 0.625 s a request on A and
+    # 0.75 * (100 / 100) + 0.25 * (100 / 100) = 1.0 s on B (each request 100 tokens)
+    a = _synthetic("a", {("glaive", 1): 200, ("sweagent", 1): 100})
+    b = _synthetic("b", {("glaive", 1): 100, ("sweagent", 1): 100})
+    for res in (a, b):
+        for r in res.requests:  # 100 tokens a request; time = tokens / rate
+            rate = r["output_tokens"]
+            r["output_tokens"] = 100
+            r["start"], r["end"] = r["start"] * 100 / rate, (r["start"] + 1) * 100 / rate
+    cmp = bench_compare(a, b)
+    rows = {r["source"]: r for r in cmp["rows"]}
+    assert rows["glaive"]["speedup"] == pytest.approx(2.0)
+    assert rows["sweagent"]["speedup"] == pytest.approx(1.0)
+    corpus = cmp["corpus"][0]
+    assert corpus["speedup"] == pytest.approx(1.0 / 0.625)
+    assert corpus["tok_s_a"] == pytest.approx(100 / 0.625) and corpus["tok_s_b"] == 100.0
+    assert corpus["ci_low"] == pytest.approx(1.6) and corpus["ci_high"] == pytest.approx(1.6)

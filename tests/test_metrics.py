@@ -108,6 +108,7 @@ def test_measure_source_figures_are_those_of_the_plain_functions() -> None:
         st.rows += 1
         st.prompt_lengths[int(p)] += 1
         st.response_lengths[int(r)] += 1
+        st.first_reply_lengths[int(r)] += 1  # single-turn rows: the first reply is the rest
     content = rng.normal(size=(n, 6))
     content /= np.linalg.norm(content, axis=1)[:, None]
     loglen = np.log(lengths.astype(np.float64))
@@ -124,7 +125,7 @@ def test_measure_source_figures_are_those_of_the_plain_functions() -> None:
         assert got.mean_distance == mean_nearest_distance(x, ix)
         for field, values, hist in (
             ("prompt", lengths[ix], st.prompt_lengths),
-            ("response", resp[ix], st.response_lengths),
+            ("response", resp[ix], st.first_reply_lengths),
         ):
             assert getattr(got, f"ks_{field}") == ks_statistic(values, hist)
             assert getattr(got, f"ks_{field}_weighted") == ks_statistic(values, hist, weights=wx)
@@ -144,3 +145,44 @@ def test_nearest_is_the_argmin_and_min_of_all_distances() -> None:
     assert d == pytest.approx(full.min(1))  # a matmul of another shape may round otherwise
     assert labels[7] == 0
     assert np.array_equal(nearest(x, centers, x_sq=(x * x).sum(1))[1], d)
+
+
+def test_output_lengths_are_max_tokens_against_the_capped_first_replies() -> None:
+    """Multi-turn rows: n_response_tokens counts every later turn, the first reply (what a
+    client asks for) is a fraction of it; both sides of the KS are the first reply, capped."""
+    import dataclasses
+
+    from distprompt.records import SourceStats, max_tokens_histogram
+
+    from factories import candidate
+
+    rng = np.random.default_rng(7)
+    n, cap = 400, 300
+    first = rng.integers(0, 600, size=n)  # 0: an empty first reply asks for 1 token
+    rest = first * rng.integers(3, 20, size=n) + 1
+    cands = [
+        dataclasses.replace(
+            candidate(i, n_prompt=10 + i % 50, n_resp=int(rest[i])), n_first_response=int(first[i])
+        )
+        for i in range(n)
+    ]
+    st = SourceStats()
+    for i in range(n):  # the corpus: the candidates' rows twice over
+        st.rows += 2
+        st.prompt_lengths[10 + i % 50] += 2
+        st.response_lengths[int(rest[i])] += 2
+        st.first_reply_lengths[int(first[i])] += 2
+    sel = list(range(0, n, 20))
+    w = np.full(len(sel), 1.0 / len(sel))
+    for c in (None, cap):
+        ev = measure_source(cands, sel, w, stats=st, seed=0, n_random=1, max_output_tokens=c)
+        want = np.maximum(1, first[sel]) if c is None else np.clip(first[sel], 1, c)
+        assert ev.suite_sample is not None
+        assert ev.suite_sample.response.tolist() == want.tolist()
+        ref = max_tokens_histogram(st.first_reply_lengths, c)
+        assert ev.suite.ks_response == ks_statistic(want, ref)
+        # the rest of the row is far from what clients ask for: the old reference would fail
+        assert ks_statistic(want, st.response_lengths) > 0.5
+    # capped items against the uncapped corpus would look far off: the cap applies to both
+    uncapped = ks_statistic(want, max_tokens_histogram(st.first_reply_lengths))
+    assert ev.suite.ks_response is not None and uncapped > ev.suite.ks_response + 0.2

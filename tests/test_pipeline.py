@@ -37,10 +37,10 @@ def test_counts_quota_and_shortfall(corpus: Path, qwen_dir: Path) -> None:
     assert m["sources"]["tiny"]["selected"] == 4
     assert any("'tiny'" in w and "4 short" in w for w in warnings)
     assert m["warnings"] == warnings
-    # weights sum to 1 per source, and cluster sizes to the candidates
+    # weights (corpus rows represented) sum to the source's rows, cluster sizes to the candidates
     for src in by_source:
         items = [it for it in suite if it.source == src]
-        assert abs(sum(it.weight for it in items) - 1.0) < 1e-6
+        assert abs(sum(it.weight for it in items) - m["sources"][src]["rows"]) < 1e-6
         assert sum(it.cluster_size for it in items) == m["sources"][src]["candidates"]
 
 
@@ -492,7 +492,7 @@ from distprompt import pipeline
 
 assert "scipy.linalg" not in sys.modules, "scipy imported before the pool"
 seen = {}
-def fake_select(cands, quota, config, stats):
+def fake_select(cands, quota, config, stats, heavy=()):
     seen["threads"] = [(i["user_api"], i["num_threads"]) for i in threadpool_info()]
     return [], None
 pipeline._select_source = fake_select

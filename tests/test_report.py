@@ -110,6 +110,20 @@ def test_build_suite_attaches_report_and_save_writes_it(
     counts = Counter(r["n_prompt_tokens"] for r in rows if r["source"] == "chat")
     lens = [it.n_prompt_tokens for it in suite if it.source == "chat"]
     assert chat["suite"]["ks_prompt"] == pytest.approx(ks_statistic(lens, counts), abs=1e-6)
+    # output lengths: the items' max_tokens against every row's first reply, written out here
+    # from the loss mask (the first trained span after the prompt, else the rest of the row)
+
+    def first_reply(r: dict[str, Any]) -> int:
+        tail = r["loss_mask"][r["n_prompt_tokens"] :]
+        if 1 not in tail:
+            return len(tail)
+        start = tail.index(1)
+        return [*tail[start:], 0].index(0)
+
+    replies = Counter(max(1, first_reply(r)) for r in rows if r["source"] == "chat")
+    outs = [it.max_tokens for it in suite if it.source == "chat"]
+    assert chat["suite"]["ks_response"] == pytest.approx(ks_statistic(outs, replies), abs=1e-6)
+    assert rep.curves["chat"]["response"]["suite"] == sorted(outs)
 
     out = tmp_path / "out"
     suite.save(out, formats=["token_ids"])
@@ -156,3 +170,19 @@ def test_cli_report_rerenders(corpus: Path, qwen_dir: Path, tmp_path: Path, caps
     assert (out / REPORT_HTML).is_file()
     assert main(["report", str(tmp_path / "nothing")]) == 2
     assert "report.json" in capsys.readouterr().err
+
+
+def test_report_labels_first_reply_and_rest_of_row(tmp_path: Path) -> None:
+    """The output-length comparison is named for max_tokens; n_response_tokens appears only
+    under its own name."""
+    rep = two_source_report()
+    rep.write(tmp_path)
+    md = (tmp_path / REPORT_MD).read_text()
+    assert "first reply (max_tokens) KS suite / random" in md
+    assert "response KS" not in md
+    assert "not n_response_tokens" in md  # the definition says what is compared
+    html = (tmp_path / REPORT_HTML).read_text()
+    assert "first reply (max_tokens)" in html and "n_response_tokens (rest of row)" in html
+    data = orjson.loads((tmp_path / REPORT_JSON).read_bytes())
+    ex = data["examples"]["a"][0]
+    assert ex["max_tokens"] == 1 and "n_response_tokens" in ex

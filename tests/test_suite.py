@@ -113,10 +113,12 @@ def test_summary_names_the_table_the_skips_and_the_caveat(suite: Suite) -> None:
         "cands",
         "target",
         "selected",
+        "take-all",
+        "strata",
         "tokens%",
         "turns%",
     ]
-    assert row.split() == ["chat", "7", "6", "6", "3", "3", "67", "-"]
+    assert row.split() == ["chat", "7", "6", "6", "3", "3", "-", "-", "67", "-"]
     assert "skipped rows: bad_json=1" in rest
     assert rest[-1].startswith("wrote 3 items to somewhere — only 2 of 3 items (67%)")
     assert repr(suite) == "Suite(3 items from 1 sources)"

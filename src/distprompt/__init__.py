@@ -31,6 +31,8 @@ if _TYPE_CHECKING:
     from distprompt.benchmark.stats import compare as bench_compare
     from distprompt.config import Config
     from distprompt.corpus import CorpusInfo
+    from distprompt.evaluate.drafters import Drafter, SpecCounts
+    from distprompt.evaluate.simulate import Simulation, simulate_suite
     from distprompt.pipeline import build_suite, export_suite, inspect_corpus
     from distprompt.records import Provenance, SuiteItem
     from distprompt.write.report import Report, render_report
@@ -47,6 +49,10 @@ _LAZY = {
     "render_bench_summary": "distprompt.benchmark.report",
     "Config": "distprompt.config",
     "CorpusInfo": "distprompt.corpus",
+    "Drafter": "distprompt.evaluate.drafters",
+    "SpecCounts": "distprompt.evaluate.drafters",
+    "Simulation": "distprompt.evaluate.simulate",
+    "simulate_suite": "distprompt.evaluate.simulate",
     "inspect_corpus": "distprompt.pipeline",
     "build_suite": "distprompt.pipeline",
     "export_suite": "distprompt.pipeline",
@@ -89,11 +95,14 @@ __all__ = [
     "CorruptStreamError",
     "DataError",
     "DistpromptError",
+    "Drafter",
     "InputError",
     "OutputError",
     "Provenance",
     "Report",
     "ServerError",
+    "Simulation",
+    "SpecCounts",
     "Suite",
     "SuiteItem",
     "TemplateError",
@@ -108,4 +117,5 @@ __all__ = [
     "render_bench_compare",
     "render_bench_summary",
     "render_report",
+    "simulate_suite",
 ]

@@ -291,6 +291,64 @@ def report_cmd(
     typer.echo(render_report(out).summary)
 
 
+@app.command("simulate")
+def simulate_cmd(
+    suite: Annotated[Path, typer.Argument(help="Suite folder written by `distprompt export`.")],
+    data: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--data",
+            metavar="DATA",
+            help="The corpus the suite was exported from (directory, glob or shard; repeat for "
+            "several): exact corpus figures from every row, the suite's error against random "
+            "samples, and the replies of suites without response_ids.",
+        ),
+    ] = None,
+    drafter: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--drafter",
+            metavar="NAME",
+            help="A drafter to simulate, by name: ngram[MIN-MAX]kK (vLLM's n-gram proposer) or "
+            "suffix-kK (suffix decoding; -dD, -fF, -pP set depth, spec factor, min prob); "
+            "repeat for several. Default: ngram[1-3]k4, ngram[2-5]k4, suffix-k8.",
+        ),
+    ] = None,
+    random_samples: Annotated[
+        int,
+        typer.Option(
+            help="Uniform random samples per source, of the suite's size, the suite's error is "
+            "compared with (needs --data).",
+            min=0,
+        ),
+    ] = 20,
+    seed: Annotated[int, typer.Option(help="Seed of the bootstrap and the random samples.")] = 0,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", help="Where simulate.json and simulate.md go (default: SUITE)."
+        ),
+    ] = None,
+    glob: Glob = None,
+) -> None:
+    """Simulate model-free speculative decoding (n-gram, suffix) on the recorded replies: the
+    suite's weighted estimate per source and for the mix, and with --data how close it is to the
+    whole corpus compared with random samples."""
+    from distprompt import simulate_suite
+
+    sim = simulate_suite(
+        suite,
+        data=(data if len(data) > 1 else data[0]) if data else None,
+        drafters=drafter or None,
+        random_samples=random_samples,
+        seed=seed,
+        out=out if out is not None else suite,
+        glob=glob,
+        progress=sys.stderr.isatty(),
+    )
+    typer.echo(sim.table())
+
+
 # ---- bench: replay a suite against a server (bench, bench-import, bench-compare) ----------
 
 

@@ -24,16 +24,37 @@ import numpy as np
 
 from distprompt._heap import trim_heap
 from distprompt._version import __version__
+from distprompt.choose.cluster import assign
+from distprompt.choose.design import (
+    allocate_picks,
+    calibrate,
+    length_strata,
+    strata_count,
+    take_all,
+)
 from distprompt.choose.select import select
 from distprompt.choose.stratify import Quota, allocate
-from distprompt.choose.vectorize import FEATURE_BUDGET, budget_width, head_tail, vectorize
+from distprompt.choose.vectorize import (
+    FEATURE_BUDGET,
+    Features,
+    budget_width,
+    head_tail,
+    vectorize,
+)
 from distprompt.config import Config, OnError, resolve
 from distprompt.corpus import CorpusInfo, corpus_info
 from distprompt.errors import ConfigError, InputError, TokenizerError
 from distprompt.read.scan import BottomK, Partial, load_candidates, scan
 from distprompt.read.shards import ShardSet, find_shards
 from distprompt.read.spill import WindowStore
-from distprompt.records import Candidate, Shard, SourceStats, SuiteItem, histogram_quantiles
+from distprompt.records import (
+    Candidate,
+    Shard,
+    SourceStats,
+    SuiteItem,
+    histogram_quantiles,
+    max_tokens_for,
+)
 from distprompt.recover.checks import (
     ROUND_TRIP_SAMPLE,
     Checks,
@@ -49,6 +70,10 @@ from distprompt.write.metrics import SourceEvidence, measure_source
 from distprompt.write.out_dir import check_out_dir
 from distprompt.write.report import build_report
 from distprompt.write.suite import Suite
+
+#: A representative as selection hands it on: (candidate, cluster size, weight in corpus rows,
+#: stratum).
+_Chosen = tuple[Candidate, int, float, str]
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor, Future, ProcessPoolExecutor
@@ -264,7 +289,7 @@ def build_suite(
                 if big:
                     without_items = build_report(
                         evidence, stats=part.stats, quotas=quotas, items=(), selected=counts,
-                        meta=meta,
+                        meta=meta, max_output_tokens=config.max_output_tokens,
                     )  # fmt: skip
                     start_plots()
                     assert plots is not None
@@ -294,7 +319,8 @@ def build_suite(
                 plots.stop()
             raise
     report = build_report(
-        evidence, stats=part.stats, quotas=quotas, items=items, meta=meta
+        evidence, stats=part.stats, quotas=quotas, items=items, meta=meta,
+        max_output_tokens=config.max_output_tokens,
     )  # fmt: skip
     if verdict.mismatch is not None:
         # On top of every rendering of the report (report.md, report.html, the CLI line).
@@ -772,44 +798,206 @@ def _learn_profile(tok: Any, tinfo: TokenizerInfo, warn: Callable[[str], None]) 
 
 
 def _select_source(
-    cands: list[Candidate], quota: Quota, config: Config, stats: SourceStats
-) -> tuple[list[tuple[Candidate, int, float]], SourceEvidence | None]:
-    """The source's representatives ``(candidate, cluster size, weight)`` and the report's
-    measurements of them (taken here, where pool, features and selection are at hand)."""
+    cands: list[Candidate],
+    quota: Quota,
+    config: Config,
+    stats: SourceStats,
+    heavy: Sequence[Candidate] = (),
+) -> tuple[list[_Chosen], SourceEvidence | None]:
+    """The source's representatives ``(candidate, cluster size, weight, stratum)`` by its
+    sampling design (:mod:`distprompt.choose.design`: take-all rows, first-reply length strata,
+    herding within each, calibrated weights in corpus rows) and the report's measurements of
+    them (taken here, where pool, features and selection are at hand)."""
     k = quota.granted
     if k <= 0 or not cands:
         return [], None
-    if k >= len(cands):
-        n = len(cands)
-        every = [(c, 1, 1.0 / n) for c in cands]
-        ev = measure_source(cands, range(n), [1.0 / n] * n, stats=stats, seed=config.seed)
+    rows = max(1, stats.rows)
+    pool_keys = {c.key: c for c in cands}
+    # the take-all stratum, from the longest first replies whatever their key (and the pool)
+    longest = sorted(
+        {c.key: c for c in [*heavy, *cands]}.values(),
+        key=lambda c: (-c.first_response_length, c.key),
+    )[: max(k, 1)]
+    taken = [
+        longest[i]
+        for i in take_all([c.first_response_length for c in longest], k, stats.first_reply_tokens)
+    ]
+    if k >= len(cands) and not taken:
+        counts = np.array([c.count for c in cands], dtype=np.float64)
+        w = counts * rows / counts.sum()
+        every = [(c, 1, float(wi), "len1") for c, wi in zip(cands, w, strict=True)]
+        ev = measure_source(
+            cands,
+            range(len(cands)),
+            list(w / w.sum()),
+            stats=stats,
+            seed=config.seed,
+            max_output_tokens=config.max_output_tokens,
+        )
         return every, ev
+    taken_keys = {c.key for c in taken}
+    fixed = [float(pool_keys[c.key].count if c.key in pool_keys else c.count) for c in taken]
+    rest = [c for c in cands if c.key not in taken_keys]
+    k_rest = min(k - len(taken), len(rest))
+    chosen: list[_Chosen] = [(c, 1, f, "take-all") for c, f in zip(taken, fixed, strict=True)]
+    if k_rest <= 0:
+        members = taken
+        ev = measure_source(
+            members,
+            range(len(members)),
+            _shares(fixed),
+            stats=stats,
+            seed=config.seed,
+            max_output_tokens=config.max_output_tokens,
+        )
+        return chosen, ev
     # Cut to the feature budget as they are read (a large pool's windows are read back from
     # the window store: 40 MB for the 4x benchmark corpus's SWE pool, 12 MB once cut).
-    w = budget_width(sum(c.n_feature_ids for c in cands), len(cands), FEATURE_BUDGET)
+    # features of the take-all rows too (after the rest), for the report's coverage figures
+    allc = rest + taken
+    w = budget_width(sum(c.n_feature_ids for c in allc), len(allc), FEATURE_BUDGET)
+    first = np.array([c.first_response_length for c in rest], dtype=np.int64)
+    has_reply = np.array([c.reply is not None for c in rest])
     feats = vectorize(
-        [c.feature_ids if w is None else head_tail(c.feature_ids, w) for c in cands],
-        lengths=[c.n_prompt_tokens for c in cands],
-        response_lengths=[c.first_response_length for c in cands],
+        [c.feature_ids if w is None else head_tail(c.feature_ids, w) for c in allc],
+        lengths=[c.n_prompt_tokens for c in allc],
+        response_lengths=[c.first_response_length for c in allc],
+        replies=np.array([c.reply_shares() for c in allc]),
+        replied=np.array([c.reply is not None for c in allc]),
         dims=config.lsa_dims,
         length_weight=config.length_weight,
         seed=config.seed,
     )
-    sel = select(
-        feats, k, method=config.method, seed=config.seed, near_duplicate=config.near_duplicate
+    counts = np.array([c.count for c in rest], dtype=np.float64)
+    rows_rest = max(1.0, rows - sum(fixed))
+    mass = counts * rows_rest / counts.sum()  # corpus rows each candidate stands for
+    strata, _lower = length_strata(first, mass, strata_count(k_rest))
+    h = int(strata.max()) + 1
+    sizes = np.bincount(strata, minlength=h)
+    picks_h = allocate_picks(
+        np.bincount(strata, weights=mass, minlength=h).tolist(),
+        np.bincount(strata, weights=mass * first, minlength=h).tolist(),
+        sizes.tolist(),
+        k_rest,
     )
-    chosen = [(cands[i], sel.sizes[j], sel.weights[j]) for j, i in enumerate(sel.indices)]
+    idx: list[int] = []
+    design: list[float] = []
+    labels = np.full(len(rest), -1, dtype=np.int64)
+    cluster_sizes: list[int] = []
+    names: list[str] = []
+    for s_i in range(h):
+        in_h = np.flatnonzero(strata == s_i)
+        n_h = picks_h[s_i]
+        if n_h <= 0 or in_h.size == 0:
+            continue
+        # herding among the stratum's candidates whose reply was measured (a uniform sample
+        # of the pool: :data:`distprompt.read.scan.REPLY_SAMPLE`), all of them when none was
+        pickable = in_h[has_reply[in_h]] if has_reply[in_h].sum() >= n_h else in_h
+        sub = _subset(feats, pickable)
+        sel = select(
+            sub, n_h, method=config.method, seed=config.seed, near_duplicate=config.near_duplicate
+        )
+        got = [int(pickable[i]) for i in sel.indices]
+        near = assign(feats.joint[in_h], [int(np.searchsorted(in_h, g)) for g in got])
+        base = len(idx)
+        labels[in_h] = base + near
+        cluster_sizes.extend(int(v) for v in np.bincount(near, minlength=len(got)))
+        idx.extend(got)
+        design.extend([float(mass[in_h].sum()) / len(got)] * len(got))
+        names.extend([f"len{s_i + 1}"] * len(got))
+    weights, residual = _calibrated(
+        rest, idx, np.asarray(design), mass, has_reply, stats, taken, fixed
+    )
+    if residual is not None:
+        logger.debug("%s: calibration residual %s", rest[0].source, residual)
+    chosen.extend(
+        (rest[i], size, float(wi), name)
+        for i, size, wi, name in zip(idx, cluster_sizes, weights, names, strict=True)
+    )
+    n_rest = len(rest)
+    all_labels = np.concatenate([labels, len(idx) + np.arange(len(taken))])
     ev = measure_source(
-        cands,
-        sel.indices,
-        sel.weights,
+        allc,
+        [*idx, *range(n_rest, n_rest + len(taken))],
+        _shares([*weights.tolist(), *fixed]),
         stats=stats,
         content=feats.content,
         log_length=feats.log_length,
-        labels=sel.labels,
+        labels=all_labels,
         seed=config.seed,
+        max_output_tokens=config.max_output_tokens,
     )
     return chosen, ev
+
+
+def _shares(w: Sequence[float]) -> list[float]:
+    tot = float(sum(w))
+    return [x / tot for x in w] if tot > 0 else [1.0 / len(w)] * len(w)
+
+
+def _subset(f: Features, idx: np.ndarray) -> Features:
+    return Features(
+        tfidf=f.tfidf[idx], content=f.content[idx], joint=f.joint[idx], log_length=f.log_length[idx]
+    )
+
+
+def _calibrated(
+    rest: Sequence[Candidate],
+    idx: Sequence[int],
+    design: np.ndarray,
+    mass: np.ndarray,
+    has_reply: np.ndarray,
+    stats: SourceStats,
+    taken: Sequence[Candidate],
+    fixed: Sequence[float],
+) -> tuple[np.ndarray, tuple[float, ...] | None]:
+    """The items' weights calibrated to the source's totals outside the take-all stratum:
+    rows, prompt tokens and first-reply tokens (exact, from the pass) and, with enough items,
+    the token-weighted reply-content shares (estimated from the candidates whose reply was
+    measured). Returns the weights and the residual per constraint."""
+    prompt = np.array([c.n_prompt_tokens for c in rest], dtype=np.float64)
+    first = np.array([c.first_response_length for c in rest], dtype=np.float64)
+    t_rows = stats.rows - sum(fixed)
+    t_prompt = stats.prompt_tokens - sum(
+        f * c.n_prompt_tokens for c, f in zip(taken, fixed, strict=True)
+    )
+    t_first = stats.first_reply_tokens - sum(
+        f * c.first_response_length for c, f in zip(taken, fixed, strict=True)
+    )
+    cols = [np.ones(len(rest)), prompt, first]
+    targets = [t_rows, t_prompt, t_first]
+    n = len(idx)
+    if n >= 8 and has_reply.any():
+        shares = np.array([c.reply_shares() for c in rest])
+        ref = has_reply
+        # copy4 and repeat4, weighted by reply tokens: their corpus totals estimated from the
+        # measured candidates (a uniform sample of the pool), scaled to the reply tokens
+        per_token = (
+            (mass[ref] * first[ref])
+            @ shares[ref][:, [0, 2]]
+            / max(1e-9, float(mass[ref] @ first[ref]))
+        )
+        for j, col in enumerate((0, 2)):
+            cols.append(first * shares[:, col])
+            targets.append(per_token[j] * t_first)
+    elif n < 3:
+        cols, targets = cols[:1], targets[:1]
+    x = np.stack(cols, axis=1)[np.asarray(idx)]
+    if t_rows <= 0 or t_first < 0:
+        return design, None
+    cal = calibrate(design, x, np.asarray(targets, dtype=np.float64))
+    if len(targets) > 3 and max(abs(r) for r in cal.residual[:3]) > 1e-6:
+        # the estimated reply shares pull against the exact totals within the bounds: the
+        # exact totals win (the shares are a sample's estimate)
+        cal = calibrate(design, x[:, :3], np.asarray(targets[:3], dtype=np.float64))
+    return cal.weights, cal.residual
+
+
+def _heavy(part: Partial, source: str) -> list[Candidate]:
+    """The source's rows with the longest first replies, kept by the pass whatever their key
+    (:class:`~distprompt.read.scan.TopReplies`): the take-all stratum's candidates."""
+    top = part.heavy.get(source)
+    return top.candidates() if top is not None else []
 
 
 #: The pools being selected from, for worker processes forked from this one (see _select_job).
@@ -822,7 +1010,8 @@ def _select_job(
     config: Config,
     stats: SourceStats,
     cands: list[Candidate] | BottomK | None = None,
-) -> tuple[list[tuple[Candidate, int, float]], SourceEvidence | None]:
+    heavy: Sequence[Candidate] = (),
+) -> tuple[list[_Chosen], SourceEvidence | None]:
     """:func:`_select_source` in a worker process (on one BLAS thread, as here) or the selection
     thread (whose pool set that for the process: the limits are not set from two threads); a
     forked worker finds the pool in :data:`_SELECTING` (copying it costs a second and tens of
@@ -833,7 +1022,7 @@ def _select_job(
         try:
             got = _SELECTING[source] if cands is None else cands
             return _select_source(
-                got.candidates() if isinstance(got, BottomK) else got, quota, config, stats
+                got.candidates() if isinstance(got, BottomK) else got, quota, config, stats, heavy
             )
         finally:
             # What its matrices took, given back before the next source (during the pass,
@@ -916,7 +1105,9 @@ class _EarlySelection:
                 self._jobs[s].future.cancel()  # more rows since: its result would not be used
             stats = copy.deepcopy(part.stats[s])
             decoded: dict[str, Any] = {}
-            fut = pool.submit(self._job, s, quotas[s], stats, part.pools[s].candidates(), decoded)
+            fut = pool.submit(
+                self._job, s, quotas[s], stats, part.pools[s].candidates(), decoded, _heavy(part, s)
+            )
             self._jobs[s] = _EarlyJob(fut, stats, quotas[s], decoded)
 
     def _job(
@@ -926,12 +1117,13 @@ class _EarlySelection:
         stats: SourceStats,
         cands: list[Candidate],
         decoded: dict[str, Any],
-    ) -> tuple[list[tuple[Candidate, int, float]], SourceEvidence | None]:
+        heavy: list[Candidate],
+    ) -> tuple[list[_Chosen], SourceEvidence | None]:
         """The source's selection, then (while the pass runs and the tokenizer is loaded) its
         items: read back and decoded as :func:`_select_and_decode` would (one job at a time
         while the pass runs: the gate)."""
         with self._gate:
-            result = _select_job(source, quota, self._config, stats, cands)
+            result = _select_job(source, quota, self._config, stats, cands, heavy)
             got = self.tokenizer() if self.tokenizer is not None and not self._closed else None
             if got is None:
                 return result
@@ -1158,7 +1350,7 @@ def _submit_selection(
         out = {}
         for s in largest_first:
             weight = min(part.pools[s].feature_tokens(), FEATURE_BUDGET)
-            args = (s, quotas[s], config, part.stats[s], part.pools[s])
+            args = (s, quotas[s], config, part.stats[s], part.pools[s], _heavy(part, s))
             out[fitting.submit(weight, _select_job, *args)] = s
         return out
     forked = multiprocessing.get_start_method() == "fork"
@@ -1172,6 +1364,7 @@ def _submit_selection(
             config,
             part.stats[s],
             None if forked else part.pools[s].candidates(),
+            _heavy(part, s),
         ): s
         for s in largest_first
     }
@@ -1210,7 +1403,7 @@ def _select_and_decode(
     # With Ray, all picks are decoded at the end as tasks spread over the cluster.
     decode_here = config.engine != "ray"
 
-    def take(source: str, result: tuple[list[tuple[Candidate, int, float]], Any]) -> None:
+    def take(source: str, result: tuple[list[_Chosen], Any]) -> None:
         ready = decoded(source) if decoded is not None else None
         if ready is not None and decode_here:  # decoded during the pass (_EarlySelection)
             picks[source], items[source] = ready
@@ -1223,14 +1416,18 @@ def _select_and_decode(
         evidence.update({s: results[s][1] for s in sources})
         on_selected({s: len(results[s][0]) for s in sources}, evidence)
 
-    results: dict[str, tuple[list[tuple[Candidate, int, float]], Any]] = {}
+    results: dict[str, tuple[list[_Chosen], Any]] = {}
     # BLAS on one thread where this thread selects; a pool's thread or processes set it there.
     with _one_thread() if submitted is None else contextlib.nullcontext():
         if submitted is None:
             with _one_openmp_thread():
                 for s in sources:
                     results[s] = _select_source(
-                        part.pools[s].candidates(), quotas[s], config, part.stats[s]
+                        part.pools[s].candidates(),
+                        quotas[s],
+                        config,
+                        part.stats[s],
+                        _heavy(part, s),
                     )
             all_selected(results)
             for s in sources:
@@ -1364,18 +1561,18 @@ class _PlotProcess:
 
 
 #: A selected candidate and its cluster index, cluster size and weight.
-_Pick = tuple[Candidate, int, int, float]
+_Pick = tuple[Candidate, int, int, float, str]
 
 
-def _picks(
-    chosen: Sequence[tuple[Candidate, int, float]], shards: Sequence[Shard], config: Config
-) -> list[_Pick]:
+def _picks(chosen: Sequence[_Chosen], shards: Sequence[Shard], config: Config) -> list[_Pick]:
     """A source's selection ``(candidate, cluster size, weight)`` read back from its shards,
     with each item's cluster number."""
-    loaded = load_candidates([c for c, _, _ in chosen], shards, seed=config.seed)
+    loaded = load_candidates([c for c, _, _, _ in chosen], shards, seed=config.seed)
     return [
-        (cand, cluster, size, weight)
-        for cluster, (cand, (_, size, weight)) in enumerate(zip(loaded, chosen, strict=True))
+        (cand, cluster, size, weight, stratum)
+        for cluster, (cand, (_, size, weight, stratum)) in enumerate(
+            zip(loaded, chosen, strict=True)
+        )
     ]
 
 
@@ -1387,11 +1584,12 @@ def _make_batch(picks: Sequence[_Pick], shared: tuple[Any, Any, Config]) -> list
             cluster=cluster,
             size=size,
             weight=weight,
+            stratum=stratum,
             tokenizer=tokenizer,
             profile=profile,
             config=config,
         )
-        for cand, cluster, size, weight in picks
+        for cand, cluster, size, weight, stratum in picks
     ]
 
 
@@ -1437,6 +1635,7 @@ def _make_item(
     cluster: int,
     size: int,
     weight: float,
+    stratum: str,
     tokenizer: Any,
     profile: Any,
     config: Config,
@@ -1444,9 +1643,7 @@ def _make_item(
     assert cand.prompt_ids is not None and cand.prompt_mask is not None
     assert cand.response_ids is not None
     prompt_ids = [int(i) for i in cand.prompt_ids]
-    max_tokens = max(1, int(cand.response_ids.shape[0]))
-    if config.max_output_tokens is not None:
-        max_tokens = min(max_tokens, config.max_output_tokens)
+    max_tokens = max_tokens_for(int(cand.response_ids.shape[0]), config.max_output_tokens)
     messages = tools = None
     fidelity = reason = structure = None
     template_kwargs = None
@@ -1471,7 +1668,8 @@ def _make_item(
         max_tokens=max_tokens,
         cluster=cluster,
         cluster_size=size,
-        weight=round(weight, 12),
+        weight=round(weight, 9),
+        stratum=stratum,
         provenance=cand.provenance,
         prompt_ids=tuple(prompt_ids),
         response=decode(tokenizer, cand.response_ids, keep_special=False),
@@ -1489,6 +1687,51 @@ def _make_item(
 def _quantiles(counter: Any) -> dict[str, int]:
     qs = histogram_quantiles(counter, (0.0, 0.5, 0.9, 0.99, 1.0))
     return dict(zip(("min", "p50", "p90", "p99", "max"), qs, strict=False))
+
+
+def _design_summary(items: Sequence[SuiteItem], st: SourceStats) -> dict[str, Any]:
+    """The source's sampling design as written: items per stratum, the take-all rows, and how
+    far the weighted totals are from the corpus's (``(weighted - corpus) / corpus``; the first
+    reply as the items' recorded length, before any ``max_output_tokens`` cap)."""
+    strata: dict[str, int] = {}
+    weights: dict[str, float] = {}
+    for it in items:
+        name = it.stratum or "none"
+        strata[name] = strata.get(name, 0) + 1
+        weights[name] = weights.get(name, 0.0) + it.weight
+
+    def first(it: SuiteItem) -> int:
+        return len(it.response_ids) if it.response_ids is not None else it.max_tokens
+
+    def gap(got: float, want: float) -> float | None:
+        return round((got - want) / want, 6) + 0.0 if want else None
+
+    return {
+        "strata": dict(sorted(strata.items())),
+        "rows_represented": {k: round(v, 3) for k, v in sorted(weights.items())},
+        "take_all": [
+            f"{it.provenance.shard}:{it.provenance.line}"
+            for it in items
+            if it.stratum == "take-all"
+        ],
+        # the share of the source's first-reply tokens the take-all rows hold
+        "take_all_reply_share": round(
+            sum(it.weight * first(it) for it in items if it.stratum == "take-all")
+            / st.first_reply_tokens,
+            6,
+        )
+        if st.first_reply_tokens
+        else None,
+        "residual": {
+            "rows": gap(sum(it.weight for it in items), st.rows),
+            "prompt_tokens": gap(
+                sum(it.weight * it.n_prompt_tokens for it in items), st.prompt_tokens
+            ),
+            "first_reply_tokens": gap(
+                sum(it.weight * first(it) for it in items), st.first_reply_tokens
+            ),
+        },
+    }
 
 
 def _manifest(
@@ -1536,6 +1779,7 @@ def _manifest(
             "fidelity": dict(sorted(fid.items())),
             # How the turns were recovered: `turns` (every turn recognised) or `flat` (fallback).
             "structure": dict(sorted(structure.items())),
+            "design": _design_summary([it for it in items if it.source == src], st),
         }
     data_spec = sorted(str(d) for d in data) if isinstance(data, (list, tuple)) else str(data)
     cfg = config.to_dict()

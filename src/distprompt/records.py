@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FEATURE_HEAD",
     "FEATURE_TAIL",
+    "REPLY_FEATURES",
     "SHARD_SUFFIXES",
     "UNSUPPORTED_SUFFIXES",
     "Candidate",
@@ -32,6 +33,9 @@ __all__ = [
     "feature_window",
     "histogram_quantiles",
     "is_shard_file",
+    "max_tokens_for",
+    "max_tokens_histogram",
+    "reply_features",
 ]
 
 
@@ -111,6 +115,85 @@ def feature_window(prompt_ids: np.ndarray) -> np.ndarray:
     return np.concatenate([prompt_ids[:FEATURE_HEAD], prompt_ids[n - FEATURE_TAIL :]])
 
 
+#: What :func:`reply_features` measures of a first reply, in its order (shares in ``[0, 1]``).
+REPLY_FEATURES = ("copy4", "copy8", "repeat4", "distinct")
+_REPLY_SCALE = 65535  # shares are kept as uint16 (2 bytes a feature and candidate)
+_REPLY_PROMPT_TOKENS = 32768  # the prompt's last this many tokens are searched for copies
+_M = tuple(np.uint64(m) for m in (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9))
+
+
+def _grams4(x: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each 4-gram of ``x`` (uint64; wrapping multiply-add, collisions are
+    negligible for shares)."""
+    n = x.shape[0] - 3
+    if n <= 0:
+        return np.zeros(0, dtype=np.uint64)
+    u = x.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        return ((u[:n] * _M[0] + u[1 : n + 1]) * _M[1] + u[2 : n + 2]) * _M[2] + u[3:]
+
+
+def _pairs(g: np.ndarray) -> np.ndarray:
+    """8-gram hashes from 4-gram hashes (two 4-grams four apart)."""
+    if g.shape[0] <= 4:
+        return np.zeros(0, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        return g[:-4] * _M[1] + g[4:]
+
+
+def _found(needles: np.ndarray, hay: np.ndarray) -> float:
+    """The share of ``needles`` that occur in ``hay``."""
+    if needles.shape[0] == 0 or hay.shape[0] == 0:
+        return 0.0
+    hay = np.sort(hay)
+    at = np.searchsorted(hay, needles)
+    np.minimum(at, hay.shape[0] - 1, out=at)
+    return float(np.count_nonzero(hay[at] == needles)) / needles.shape[0]
+
+
+def _distinct(x: np.ndarray) -> int:
+    s = np.sort(x)
+    return 1 + int(np.count_nonzero(s[1:] != s[:-1])) if s.shape[0] else 0
+
+
+def reply_features(prompt_ids: np.ndarray, reply_ids: np.ndarray) -> np.ndarray:
+    """Cheap content signals of a first reply that bear on speculation, as uint16 shares
+    (:data:`REPLY_FEATURES`, scaled to 65535):
+
+    * ``copy4`` / ``copy8``: the share of the reply's 4-grams / 8-grams already in the prompt
+      (its last 32k tokens): spans copied from the prompt (file contents, tool output, quoted
+      code) are what prompt-lookup and suffix drafters predict;
+    * ``repeat4``: the share of the reply's 4-grams seen earlier in the reply (loops, repeated
+      lines, degenerate runs);
+    * ``distinct``: distinct tokens over tokens (low for repetitive replies).
+
+    Hashes and sorts (n log n in the lengths), so the pass can afford it for every candidate
+    it keeps.
+
+    Example:
+        >>> import numpy as np
+        >>> reply_features(np.arange(20), np.arange(10)).tolist()
+        [65535, 65535, 0, 65535]
+    """
+    r = np.asarray(reply_ids)
+    out = np.zeros(len(REPLY_FEATURES), dtype=np.uint16)
+    if r.shape[0] == 0:
+        return out
+    p = np.asarray(prompt_ids)[-_REPLY_PROMPT_TOKENS:]
+    r4, p4 = _grams4(r), _grams4(p)
+    n4 = r4.shape[0]
+    copy4 = _found(r4, p4)
+    shares = (
+        copy4,
+        # an 8-gram of the prompt is two of its 4-grams: none of those, none of these
+        _found(_pairs(r4), _pairs(p4)) if copy4 > 0 else 0.0,
+        1.0 - _distinct(r4) / n4 if n4 else 0.0,
+        _distinct(r) / r.shape[0],
+    )
+    out[:] = np.round(np.asarray(shares) * _REPLY_SCALE)
+    return out
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Candidate:
     """A unique prompt kept in a source's candidate pool.
@@ -136,6 +219,8 @@ class Candidate:
     window: np.ndarray | SpilledWindow | None = None
     n_prompt: int = -1  # prompt length when prompt_ids is not held
     n_first_response: int = -1  # length of the first assistant span when response_ids is not
+    # reply_features(prompt, first response): uint16 shares, REPLY_FEATURES in order
+    reply: np.ndarray | None = None
 
     @property
     def n_prompt_tokens(self) -> int:
@@ -151,6 +236,12 @@ class Candidate:
             return self.n_first_response
         assert self.response_ids is not None
         return int(self.response_ids.shape[0])
+
+    def reply_shares(self) -> np.ndarray:
+        """:data:`REPLY_FEATURES` of the first reply as float shares (zeros when unknown)."""
+        if self.reply is None:
+            return np.zeros(len(REPLY_FEATURES))
+        return self.reply.astype(np.float64) / _REPLY_SCALE
 
     @property
     def feature_ids(self) -> np.ndarray:
@@ -192,8 +283,12 @@ class SuiteItem:
         max_tokens: Output length to ask for: the first assistant span after the prompt,
             capped by ``max_output_tokens`` when set.
         cluster: Index of the item's cluster within its source.
-        cluster_size: Number of the source's candidates the item stands for.
-        weight: Share of the source's candidates the item stands for; sums to 1 per source.
+        cluster_size: Number of the source's candidates nearest to this item (in its stratum).
+        weight: Corpus rows the item stands for (a source's weights sum to its rows; calibrated:
+            see :mod:`distprompt.choose.design`).
+        stratum: ``take-all`` (a row whose first reply alone holds a pick's share of the
+            source's reply tokens: it stands for itself) or ``len<i>`` (first-reply length
+            stratum ``i``, 1 = shortest); None in suites made before strata.
         provenance: Where the row lives in the corpus.
         prompt_ids: The exact prompt token ids.
         response_ids: The recorded first response's token ids (what model-free drafters are
@@ -223,6 +318,7 @@ class SuiteItem:
     weight: float
     provenance: Provenance
     prompt_ids: tuple[int, ...] = field(repr=False)
+    stratum: str | None = None
     response: str = field(default="", repr=False)
     response_ids: tuple[int, ...] | None = field(default=None, repr=False)
     duplicates: int = 1
@@ -245,6 +341,7 @@ class SuiteItem:
             "cluster": self.cluster,
             "cluster_size": self.cluster_size,
             "weight": self.weight,
+            "stratum": self.stratum,
             "duplicates": self.duplicates,
             "provenance": self.provenance.to_dict(),
             "fidelity": self.fidelity,
@@ -274,6 +371,7 @@ class SuiteItem:
             cluster=int(d["cluster"]),
             cluster_size=int(d["cluster_size"]),
             weight=float(d["weight"]),
+            stratum=d.get("stratum"),
             provenance=Provenance.from_dict(d["provenance"]),
             prompt_ids=tuple(int(i) for i in d["prompt_ids"]),
             response=str(d.get("response", "")),
@@ -321,6 +419,33 @@ class SourceStats:
         self.first_reply_tokens += other.first_reply_tokens
         self.first_reply_lengths.update(other.first_reply_lengths)
         return self
+
+
+def max_tokens_for(first_reply: int, cap: int | None = None) -> int:
+    """The output length a suite item asks for (``max_tokens``) given the length of its row's
+    first reply: at least 1, at most ``cap`` (``max_output_tokens``).
+
+    Example:
+        >>> max_tokens_for(0), max_tokens_for(700), max_tokens_for(700, 512)
+        (1, 700, 512)
+    """
+    n = max(1, int(first_reply))
+    return n if cap is None else min(n, int(cap))
+
+
+def max_tokens_histogram(first_reply: Mapping[int, int], cap: int | None = None) -> Counter[int]:
+    """A first-reply histogram (:attr:`SourceStats.first_reply_lengths`) as the corpus's
+    ``max_tokens`` histogram: each length through :func:`max_tokens_for`, so a capped suite is
+    compared with the capped corpus.
+
+    Example:
+        >>> sorted(max_tokens_histogram({0: 2, 300: 1, 900: 4}, 512).items())
+        [(1, 2), (300, 1), (512, 4)]
+    """
+    out: Counter[int] = Counter()
+    for n, count in first_reply.items():
+        out[max_tokens_for(n, cap)] += count
+    return out
 
 
 def histogram_quantiles(counts: Mapping[int, int], ps: Sequence[float]) -> list[int]:

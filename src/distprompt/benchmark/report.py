@@ -73,8 +73,10 @@ def render_summary(summary: dict[str, Any]) -> str:
         "",
         "## Corpus-weighted estimate",
         "",
-        "Per-source means (items weighted by `weight`) weighted by each source's share of the "
-        f"corpus rows ({meta.get('shares_from', 'manifest rows')}: "
+        "What the server would report had it served the corpus: ratios of sums over the "
+        "requests (accepted length = Σ w·tokens / Σ w·verify steps, acceptance rate = "
+        "Σ w·accepted / Σ w·proposed drafts), each source's item weights scaled to its share of "
+        f"the corpus rows ({meta.get('shares_from', 'manifest rows')}: "
         + ", ".join(f"{s} {v:.3f}" for s, v in shares.items())
         + "); 95% stratified bootstrap interval.",
         "",
@@ -116,6 +118,7 @@ def render_summary(summary: dict[str, Any]) -> str:
             "ITL p50/p90/p99 ms",
             "acc. length",
             "acc. rate",
+            "acc. length mean per request",
             "from",
         ],
         [
@@ -131,11 +134,32 @@ def render_summary(summary: dict[str, Any]) -> str:
                 "/".join(_f(r[f"itl_p{q}_ms"]) for q in (50, 90, 99)),
                 _f(r["accept_length"], ".3f"),
                 _f(r["accept_rate"], ".3f"),
+                _f(r.get("accept_length_mean_per_request"), ".3f"),
                 r["spec_from"] or "-",
             ]
             for r in summary["by_source"]
         ],
     )
+    est = [
+        f"{r['source']} c={r['concurrency']}: {r[k]} without {what}"
+        for r in summary["by_source"]
+        for k, what in (
+            ("accept_length_steps_estimated", "steps"),
+            ("accept_rate_drafted_estimated", "drafts"),
+        )
+        if r.get(k)
+    ]
+    if est:
+        lines += [
+            "",
+            "Requests whose server reported no step or draft count (estimated from the output "
+            "tokens and the accepted length, or counted per request): " + ", ".join(est) + ".",
+        ]
+    lines += [
+        "",
+        "acc. length and acc. rate are ratios of item-weighted sums, as a server reports them; "
+        "the per-request mean weighs a short reply as much as a long one.",
+    ]
     if summary["clusters"]:
         n = summary["method"]["min_cluster_requests"]
         lines += ["", f"## Per cluster (clusters with at least {n} successful requests)", ""]
@@ -223,13 +247,29 @@ def render_compare(cmp: dict[str, Any]) -> str:
     """Markdown of :func:`distprompt.benchmark.stats.compare`."""
     lines = [f"# {cmp['a']} vs {cmp['b']} (speedup = output tok/s of {cmp['a']} / {cmp['b']})", ""]
     lines += _table(
-        ["concurrency", "corpus speedup [95% CI]"],
         [
-            [str(c["concurrency"]), f"{c['speedup']:.3f} [{c['ci_low']:.3f}, {c['ci_high']:.3f}]"]
+            "concurrency",
+            f"corpus tok/s {cmp['a']}",
+            f"corpus tok/s {cmp['b']}",
+            "corpus speedup [95% CI]",
+        ],
+        [
+            [
+                str(c["concurrency"]),
+                _f(c.get("tok_s_a"), ".1f"),
+                _f(c.get("tok_s_b"), ".1f"),
+                f"{c['speedup']:.3f} [{c['ci_low']:.3f}, {c['ci_high']:.3f}]",
+            ]
             for c in cmp["corpus"]
         ],
     )
-    lines += [""]
+    lines += [
+        "",
+        "Corpus tok/s: output tokens per request over seconds per request, each summed over the "
+        "sources weighted by their share of the corpus rows (the throughput of serving the "
+        "corpus's mix); the speedup is their ratio.",
+        "",
+    ]
     lines += _table(
         ["source", "c", f"tok/s {cmp['a']}", f"tok/s {cmp['b']}", "speedup [95% CI]"],
         [

@@ -71,7 +71,8 @@ class BenchResults:
 
     Example:
         >>> res = bench("suite/", url="http://127.0.0.1:30000", api="sglang")  # doctest: +SKIP
-        >>> res.to_polars().group_by("source").agg(pl.col("accept_length").mean())  # doctest: +SKIP
+        >>> res.summary["by_source"][0]["accept_length"]  # Σ w·tokens / Σ w·steps  # doctest: +SKIP
+        >>> df = res.to_polars()  # one row per request  # doctest: +SKIP
         >>> res.save("results/")  # doctest: +SKIP
     """
 

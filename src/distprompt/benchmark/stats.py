@@ -1,39 +1,56 @@
 """The figures of a bench run, from its request records: per source × concurrency, per cluster,
 the corpus-weighted estimate with its bootstrap interval, and the comparison of two runs.
 
-Definitions (also in ``docs/bench.md``):
+Every acceptance figure is what a server reports: a ratio of sums over the requests, so long
+replies weigh by their length (definitions also in ``docs/bench.md``):
 
 - A *window* is one (source, concurrency) pass; its duration runs from its first request's send
   to its last request's end. Output tok/s = output tokens of its successful requests / duration;
   request/s = successful requests / duration.
 - TTFT percentiles are over successful requests; ITL percentiles over all their inter-token gaps
   pooled. Latencies are reported in milliseconds.
-- A source's accepted length (tokens per verify step, bonus token included) and acceptance rate
-  (accepted / proposed draft tokens) are the means of the per-request figures weighted by the
-  items' ``weight``; from counters (vLLM ``/metrics``) they are ``1 + accepted / drafts`` and
-  ``accepted / draft_tokens`` of the window's deltas.
-- The corpus estimate is ``sum_s share_s * mean_s`` with ``share_s`` the source's share of the
-  corpus rows (manifest), renormalised over the sources that have a figure. Its 95% interval is a
-  stratified bootstrap: ``rng = numpy.random.default_rng(seed)``; for each source in sorted
-  order draw ``idx = rng.integers(0, n_s, size=(B, n_s))`` over its requests, recompute the
-  weighted means and the weighted sum, and take the 2.5th and 97.5th percentiles (numpy's linear
-  method) of the ``B`` estimates.
+- Each successful request gives a figure as a numerator and a denominator (:func:`request_parts`):
+  accepted length = tokens / verify steps (``accept_length × steps``: SGLang's completion tokens,
+  vLLM's steps + accepted drafts) and acceptance rate = accepted / proposed draft tokens. A
+  group's figure is ``Σ w·num / Σ w·den`` with ``w`` the items' ``weight`` (scale-free, so the
+  weights' unit does not matter); from counters (vLLM ``/metrics``) it is
+  ``1 + accepted / drafts`` and ``accepted / draft_tokens`` of the window's deltas. The item-
+  weighted mean of the per-request ratios stays as ``<figure>_mean_per_request``.
+- The corpus estimate scales each source's weights to its share of the corpus rows,
+  ``w'_i = share_s · w_i / Σ_{j∈s} w_j`` (shares renormalised over the sources that have a
+  figure), and is ``Σ w'·num / Σ w'·den``: what the server would report had it served the corpus.
+  Its 95% interval is a stratified bootstrap: ``rng = numpy.random.default_rng(seed)``; for each
+  source in sorted order draw ``idx = rng.integers(0, n_s, size=(B, n_s))`` over its requests,
+  recompute the source's weighted sums with the resampled weights renormalised to its share, the
+  corpus ratio of sums, and take the 2.5th and 97.5th percentiles (numpy's linear method) of the
+  ``B`` estimates.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["BOOTSTRAP", "MIN_CLUSTER_REQUESTS", "compare", "corpus_estimate", "summarize"]
+__all__ = [
+    "BOOTSTRAP",
+    "MIN_CLUSTER_REQUESTS",
+    "RatioParts",
+    "compare",
+    "corpus_estimate",
+    "request_parts",
+    "summarize",
+]
 
 BOOTSTRAP = 2000
 MIN_CLUSTER_REQUESTS = 3
 SEED = 0
 _FIGS = ("accept_length", "accept_rate")
+# what each figure divides by, in the name of the count of requests where it was not reported
+_DEN = {"accept_length": "steps", "accept_rate": "drafted"}
 
 
 def _pct(values: Sequence[float], q: float) -> float | None:
@@ -53,50 +70,156 @@ def _ok(r: dict[str, Any]) -> bool:
     return r.get("error_kind") is None
 
 
+def request_parts(r: Mapping[str, Any], fig: str) -> tuple[float, float, bool] | None:
+    """Numerator and denominator of one request's ``fig`` as the server sums them.
+
+    ``accept_length``: ``(accept_length × steps, steps)`` — SGLang's completion tokens or vLLM's
+    steps + accepted drafts over the verify steps. ``accept_rate``: ``(accepted, drafted)``.
+    When the server did not report the denominator, it is estimated (steps = output tokens /
+    accepted length; drafts ∝ steps, else 1) and the third value is True.
+
+    Returns:
+        ``(num, den, estimated)``, or None when the request has no such figure.
+
+    Example:
+        >>> request_parts({"accept_length": 2.5, "spec_steps": 4}, "accept_length")
+        (10.0, 4.0, False)
+    """
+    if fig == "accept_length":
+        v = r.get("accept_length")
+        if v is None:
+            return None
+        steps = r.get("spec_steps")
+        if steps:
+            return float(v) * steps, float(steps), False
+        out = r.get("output_tokens") or 0
+        den = out / float(v) if out and v > 0 else 1.0
+        return float(v) * den, den, True
+    acc, drafted = r.get("spec_accepted"), r.get("spec_drafted")
+    if acc is not None and drafted:
+        return float(acc), float(drafted), False
+    v = r.get("accept_rate")
+    if v is None:
+        return None
+    den = float(r.get("spec_steps") or 1.0)  # a server proposes a fixed number of drafts a step
+    return float(v) * den, den, True
+
+
+@dataclass(frozen=True, slots=True)
+class RatioParts:
+    """One figure of a group of successful requests: per request its numerator, denominator and
+    item weight; :meth:`ratio` is the server-equivalent figure ``Σ w·num / Σ w·den``.
+
+    Attributes:
+        num: Per-request numerators (tokens, accepted drafts).
+        den: Per-request denominators (verify steps, proposed drafts).
+        weight: Item weights (any unit; only their ratios within the group matter).
+        estimated: Requests whose denominator the server did not report (see
+            :func:`request_parts`).
+    """
+
+    num: tuple[float, ...]
+    den: tuple[float, ...]
+    weight: tuple[float, ...]
+    estimated: int = 0
+
+    @classmethod
+    def of(cls, reqs: Iterable[Mapping[str, Any]], fig: str) -> RatioParts:
+        """The parts of ``fig`` over the successful requests of ``reqs`` that have it."""
+        num: list[float] = []
+        den: list[float] = []
+        weight: list[float] = []
+        estimated = 0
+        for r in reqs:
+            p = request_parts(r, fig) if r.get("error_kind") is None else None
+            if p is None:
+                continue
+            num.append(p[0])
+            den.append(p[1])
+            weight.append(float(r["weight"]))
+            estimated += p[2]
+        return cls(tuple(num), tuple(den), tuple(weight), estimated)
+
+    def __len__(self) -> int:
+        return len(self.num)
+
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        w = np.asarray(self.weight, dtype=float)
+        if not w.sum() > 0:  # no usable weights: every request counts the same
+            w = np.ones(len(w))
+        return np.asarray(self.num, dtype=float), np.asarray(self.den, dtype=float), w
+
+    def ratio(self) -> float | None:
+        """``Σ w·num / Σ w·den`` (None without requests)."""
+        if not len(self):
+            return None
+        num, den, w = self._arrays()
+        d = float((w * den).sum())
+        return float((w * num).sum()) / d if d > 0 else None
+
+    def mean_per_request(self) -> float | None:
+        """The item-weighted mean of the per-request ratios (a secondary figure)."""
+        if not len(self):
+            return None
+        num, den, w = self._arrays()
+        ok = den > 0
+        return _wmean(num[ok] / den[ok], w[ok]) if ok.any() else None
+
+
 def corpus_estimate(
-    per_source: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    per_source: Mapping[str, RatioParts],
     shares: dict[str, float],
     *,
     n_boot: int = BOOTSTRAP,
     seed: int = SEED,
 ) -> dict[str, Any] | None:
-    """Share-weighted mean of per-source weighted means, with a stratified bootstrap interval.
+    """The corpus's ratio of sums with each source's weights scaled to its share, and a
+    stratified bootstrap interval (see the module docstring).
 
     Args:
-        per_source: ``source -> (values, item weights)`` of the successful requests.
+        per_source: ``source -> parts`` of the successful requests.
         shares: Source shares of the corpus rows (renormalised over the sources given).
         n_boot: Bootstrap replicates.
         seed: Seed of the bootstrap generator.
 
     Returns:
         ``{"estimate", "ci_low", "ci_high", "sources", "n"}``, or None without any value.
+
+    Example:
+        >>> a = RatioParts((4.0, 30.0), (2.0, 10.0), (1.0, 1.0))
+        >>> round(corpus_estimate({"a": a}, {"a": 1.0}, n_boot=10)["estimate"], 3)
+        2.833
     """
-    srcs = sorted(s for s, (v, _) in per_source.items() if len(v) and shares.get(s, 0) > 0)
+    srcs = sorted(s for s, p in per_source.items() if len(p) and shares.get(s, 0) > 0)
     if not srcs:
         return None
     total = sum(shares[s] for s in srcs)
     sh = {s: shares[s] / total for s in srcs}
     rng = np.random.default_rng(seed)
-    point = 0.0
-    boot = np.zeros(n_boot)
+    pn = pd = 0.0
+    bn = np.zeros(n_boot)
+    bd = np.zeros(n_boot)
     for s in srcs:
-        v = np.asarray(per_source[s][0], dtype=float)
-        w = np.asarray(per_source[s][1], dtype=float)
-        point += sh[s] * _wmean(v, w)
-        idx = rng.integers(0, len(v), size=(n_boot, len(v)))
+        num, den, w = per_source[s]._arrays()
+        wn = w / w.sum()
+        pn += sh[s] * float((wn * num).sum())
+        pd += sh[s] * float((wn * den).sum())
+        idx = rng.integers(0, len(num), size=(n_boot, len(num)))
         wb = w[idx]
-        sums = wb.sum(axis=1)
-        means = np.where(
-            sums > 0, (v[idx] * wb).sum(axis=1) / np.where(sums > 0, sums, 1.0), v[idx].mean(axis=1)
-        )
-        boot += sh[s] * means
-    lo, hi = np.percentile(boot, [2.5, 97.5])
+        sums = wb.sum(axis=1, keepdims=True)
+        wb = np.where(sums > 0, wb / np.where(sums > 0, sums, 1.0), 1.0 / len(num))
+        bn += sh[s] * (wb * num[idx]).sum(axis=1)
+        bd += sh[s] * (wb * den[idx]).sum(axis=1)
+    if not pd > 0:
+        return None
+    boot = np.where(bd > 0, bn / np.where(bd > 0, bd, 1.0), np.nan)
+    lo, hi = np.nanpercentile(boot, [2.5, 97.5])
     return {
-        "estimate": point,
+        "estimate": pn / pd,
         "ci_low": float(lo),
         "ci_high": float(hi),
         "sources": {s: sh[s] for s in srcs},
-        "n": int(sum(len(per_source[s][0]) for s in srcs)),
+        "n": int(sum(len(per_source[s]) for s in srcs)),
     }
 
 
@@ -126,17 +249,61 @@ def _window_figures(reqs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _spec_values(reqs: list[dict[str, Any]], fig: str) -> tuple[list[float], list[float]]:
-    rs = [r for r in reqs if _ok(r) and r.get(fig) is not None]
-    return [float(r[fig]) for r in rs], [float(r["weight"]) for r in rs]
-
-
-def _from_counters(w: dict[str, Any]) -> dict[str, float | None]:
+def _counter_parts(w: Mapping[str, Any]) -> dict[str, tuple[float, float] | None]:
+    """Numerator and denominator of each figure from a window's counter deltas."""
     drafts, dtoks = w.get("drafts", 0.0), w.get("draft_tokens", 0.0)
     acc = w.get("accepted_tokens", 0.0)
     return {
-        "accept_length": 1.0 + acc / drafts if drafts > 0 else None,
-        "accept_rate": acc / dtoks if dtoks > 0 else None,
+        "accept_length": (drafts + acc, drafts) if drafts > 0 else None,
+        "accept_rate": (acc, dtoks) if dtoks > 0 else None,
+    }
+
+
+def _spec_figures(
+    fig: dict[str, Any], reqs: list[dict[str, Any]], counters: Mapping[str, Any] | None
+) -> None:
+    """A window's acceptance figures, added to ``fig``: per request when the server gave them,
+    else from its counters."""
+    spec_from = None
+    cparts = _counter_parts(counters) if counters is not None else None
+    for name in _FIGS:
+        parts = RatioParts.of(reqs, name)
+        fig[name] = parts.ratio()
+        fig[f"{name}_mean_per_request"] = parts.mean_per_request()
+        fig[f"{name}_n"] = len(parts)
+        fig[f"{name}_{_DEN[name]}_estimated"] = parts.estimated
+        if len(parts):
+            spec_from = "per-request"
+        if cparts is not None:
+            cp = cparts[name]
+            fig[f"{name}_counters"] = cp[0] / cp[1] if cp is not None else None
+            if fig[name] is None and cp is not None:
+                fig[name] = cp[0] / cp[1]
+                spec_from = spec_from or "counters"
+    fig["spec_from"] = spec_from
+
+
+def _counters_estimate(
+    windows: Mapping[str, tuple[Mapping[str, Any], int]], name: str, shares: dict[str, float]
+) -> dict[str, Any] | None:
+    """The corpus figure from counters alone: each source's counter sums per request, scaled to
+    its share, then the ratio of the sums (no interval: there is nothing to resample)."""
+    parts = {}
+    for s, (w, n) in windows.items():
+        cp = _counter_parts(w)[name]
+        if cp is not None and n > 0 and shares.get(s, 0.0) > 0:
+            parts[s] = (cp[0] / n, cp[1] / n)
+    tot = sum(shares[s] for s in parts)
+    if not parts or tot <= 0:
+        return None
+    num = sum(shares[s] * p[0] for s, p in parts.items())
+    den = sum(shares[s] * p[1] for s, p in parts.items())
+    return {
+        "estimate": num / den,
+        "ci_low": None,
+        "ci_high": None,
+        "sources": {s: shares[s] / tot for s in sorted(parts)},
+        "n": None,
     }
 
 
@@ -158,21 +325,7 @@ def summarize(
     rows = []
     for (src, c), reqs in sorted(by_win.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         fig = _window_figures(reqs)
-        spec_from = None
-        for name in _FIGS:
-            vals, ws = _spec_values(reqs, name)
-            fig[name] = _wmean(np.asarray(vals), np.asarray(ws)) if vals else None
-            fig[f"{name}_n"] = len(vals)
-            if vals:
-                spec_from = "per-request"
-        if (src, c) in counters:
-            cf = _from_counters(counters[(src, c)])
-            for name in _FIGS:
-                fig[f"{name}_counters"] = cf[name]
-                if fig[name] is None and cf[name] is not None:
-                    fig[name] = cf[name]
-                    spec_from = spec_from or "counters"
-        fig["spec_from"] = spec_from
+        _spec_figures(fig, reqs, counters.get((src, c)))
         rows.append({"source": src, "concurrency": c, **fig})
     levels = sorted({c for _, c in by_win})
     corpus = []
@@ -189,23 +342,15 @@ def summarize(
         entry["req_s"] = oks / dur if dur > 0 else None
         entry.pop("mean_in_flight", None)
         for name in _FIGS:
-            per_source = {s: _spec_values(rs, name) for (s, cc), rs in by_win.items() if cc == c}
+            per_source = {s: RatioParts.of(rs, name) for (s, cc), rs in by_win.items() if cc == c}
             est = corpus_estimate(per_source, shares, n_boot=n_boot, seed=seed)
-            if est is None:  # counters only: share-weighted, no interval
-                means = {
-                    row["source"]: float(row[name])
-                    for row in rows
-                    if row["concurrency"] == c and row[name] is not None
+            if est is None:  # counters only
+                wins = {
+                    s: (counters[(s, c)], sum(1 for r in rs if _ok(r)))
+                    for (s, cc), rs in by_win.items()
+                    if cc == c and (s, c) in counters
                 }
-                tot = sum(shares.get(s, 0.0) for s in means)
-                if tot > 0:
-                    est = {
-                        "estimate": sum(shares.get(s, 0.0) * v for s, v in means.items()) / tot,
-                        "ci_low": None,
-                        "ci_high": None,
-                        "sources": {s: shares.get(s, 0.0) / tot for s in sorted(means)},
-                        "n": None,
-                    }
+                est = _counters_estimate(wins, name, shares)
             entry[name] = est
         corpus.append(entry)
     clusters = _clusters(requests, min_cluster_requests)
@@ -222,6 +367,7 @@ def summarize(
         "method": {
             "bootstrap": n_boot,
             "seed": seed,
+            "estimate": "ratio of item-weighted sums, weights scaled to each source's share",
             "interval": "95% stratified bootstrap over requests",
             "min_cluster_requests": min_cluster_requests,
         },
@@ -244,31 +390,43 @@ def _clusters(requests: Sequence[dict[str, Any]], min_n: int) -> list[dict[str, 
             "items": len({r["id"] for r in rs}),
         }
         for name in _FIGS:
-            vals = [float(r[name]) for r in rs if r.get(name) is not None]
-            row[name] = float(np.mean(vals)) if vals else None
+            parts = RatioParts.of(rs, name)
+            row[name] = parts.ratio()
+            row[f"{name}_mean_per_request"] = parts.mean_per_request()
         ttft = [r["ttft"] for r in rs if r.get("ttft") is not None]
         row["ttft_p50_ms"] = _ms(_pct(ttft, 50))
         out.append(row)
     return out
 
 
-def _window_boot(
-    reqs: list[dict[str, Any]], rng: np.random.Generator, n_boot: int
-) -> tuple[float, np.ndarray]:
-    """Output tok/s of a window and its bootstrap replicates.
+@dataclass(frozen=True, slots=True)
+class _WindowBoot:
+    """A window's output tokens and seconds per request, and their bootstrap replicates.
 
-    A replicate resamples the window's requests and scales ``sum(tokens) / sum(latency)`` by the
-    window's mean number of requests in flight, so the point estimate is the window's tok/s.
+    ``tokens / seconds`` is the window's output tok/s; seconds per request is the window's
+    duration / its requests, and in a replicate the resampled mean latency scaled by the
+    window's mean number of requests in flight.
     """
+
+    tokens: float
+    seconds: float
+    boot_tokens: np.ndarray
+    boot_seconds: np.ndarray
+
+
+def _window_boot(reqs: list[dict[str, Any]], rng: np.random.Generator, n_boot: int) -> _WindowBoot:
     toks = np.asarray([r["output_tokens"] if _ok(r) else 0 for r in reqs], dtype=float)
     lat = np.asarray([r["end"] - r["start"] for r in reqs], dtype=float)
     dur = max(r["end"] for r in reqs) - min(r["start"] for r in reqs)
-    point = float(toks.sum() / dur) if dur > 0 else 0.0
-    scale = float(lat.sum() / dur) if dur > 0 else 0.0
+    in_flight = float(lat.sum() / dur) if dur > 0 else 0.0
     idx = rng.integers(0, len(reqs), size=(n_boot, len(reqs)))
-    lsum = lat[idx].sum(axis=1)
-    boot = np.where(lsum > 0, toks[idx].sum(axis=1) / np.where(lsum > 0, lsum, 1.0), 0.0) * scale
-    return point, boot
+    secs = lat[idx].mean(axis=1) / in_flight if in_flight > 0 else np.zeros(n_boot)
+    return _WindowBoot(float(toks.mean()), dur / len(reqs), toks[idx].mean(axis=1), secs)
+
+
+def _speed(tokens: Any, seconds: Any) -> Any:
+    """tok/s, 0 where no time passed."""
+    return np.where(seconds > 0, tokens / np.where(seconds > 0, seconds, 1.0), 0.0)
 
 
 def compare(
@@ -279,7 +437,11 @@ def compare(
     seed: int = SEED,
 ) -> dict[str, Any]:
     """Speedup of run ``a`` over baseline ``b`` (output tok/s ratio) per source × concurrency,
-    the corpus-weighted speedup per concurrency, and where speculation stops paying.
+    the corpus speedup per concurrency, and where speculation stops paying.
+
+    The corpus speedup is the ratio of the two runs' server-equivalent throughputs: each run's
+    output tokens per request over its seconds per request, each summed over the sources
+    weighted by their shares of the corpus rows — the tok/s of serving the corpus's mix.
 
     Args:
         a, b: :class:`~distprompt.benchmark.run.BenchResults` (``a`` the speculative server).
@@ -300,15 +462,17 @@ def compare(
     keys = sorted(set(wa) & set(wb), key=lambda k: (k[1], k[0]))
     shares = a.meta.get("shares") or b.meta.get("shares") or {}
     rows = []
-    boots: dict[tuple[str, int], np.ndarray] = {}
+    boots: dict[tuple[str, int], tuple[_WindowBoot, _WindowBoot]] = {}
     for k in keys:
-        pa, ba = _window_boot(wa[k], rng, n_boot)
-        pb, bb = _window_boot(wb[k], rng, n_boot)
+        ba, bb = _window_boot(wa[k], rng, n_boot), _window_boot(wb[k], rng, n_boot)
+        pa, pb = float(_speed(ba.tokens, ba.seconds)), float(_speed(bb.tokens, bb.seconds))
         if pb <= 0:
             continue
-        ratio = np.where(bb > 0, ba / np.where(bb > 0, bb, 1.0), np.nan)
-        boots[k] = ratio
-        lo, hi = np.nanpercentile(ratio, [2.5, 97.5])
+        boots[k] = (ba, bb)
+        sa, sb = _speed(ba.boot_tokens, ba.boot_seconds), _speed(bb.boot_tokens, bb.boot_seconds)
+        lo, hi = np.nanpercentile(
+            np.where(sb > 0, sa / np.where(sb > 0, sb, 1.0), np.nan), [2.5, 97.5]
+        )
         rows.append(
             {
                 "source": k[0],
@@ -325,13 +489,30 @@ def compare(
         srcs = sorted(s for s, cc in boots if cc == c and shares.get(s, 0) > 0)
         if not srcs:
             continue
-        tot = sum(shares[s] for s in srcs)
-        speed = {r["source"]: r["speedup"] for r in rows if r["concurrency"] == c}
-        point = float(sum(shares[s] / tot * speed[s] for s in srcs))
-        boot = sum(shares[s] / tot * boots[(s, c)] for s in srcs)
-        lo, hi = np.nanpercentile(boot, [2.5, 97.5])
+        sums = {}
+        for side in (0, 1):
+            wins = [(shares[s], boots[(s, c)][side]) for s in srcs]
+            sums[side] = (
+                sum(sh * w.tokens for sh, w in wins),
+                sum(sh * w.seconds for sh, w in wins),
+                sum(sh * w.boot_tokens for sh, w in wins),
+                sum(sh * w.boot_seconds for sh, w in wins),
+            )
+        ta, tb = _speed(sums[0][0], sums[0][1]), _speed(sums[1][0], sums[1][1])
+        if not tb > 0:
+            continue
+        boot_a, boot_b = _speed(sums[0][2], sums[0][3]), _speed(sums[1][2], sums[1][3])
+        ratio = np.where(boot_b > 0, boot_a / np.where(boot_b > 0, boot_b, 1.0), np.nan)
+        lo, hi = np.nanpercentile(ratio, [2.5, 97.5])
         corpus.append(
-            {"concurrency": c, "speedup": point, "ci_low": float(lo), "ci_high": float(hi)}
+            {
+                "concurrency": c,
+                "speedup": float(ta / tb),
+                "tok_s_a": float(ta),
+                "tok_s_b": float(tb),
+                "ci_low": float(lo),
+                "ci_high": float(hi),
+            }
         )
     return {
         "a": a.meta.get("label"),

@@ -4,8 +4,11 @@ Each prompt becomes a bag of token unigrams and hashed bigrams, weighted by TF-I
 tf), reduced by truncated SVD (LSA) and L2-normalized. Template markers and boilerplate that every
 prompt of a source shares get a low IDF, so what distinguishes prompts dominates. The joint
 selection space appends the z-scored log prompt length and, when given, the z-scored log length of
-the recorded response (the output length a benchmark asks for), each scaled by ``length_weight``:
-throughput and acceptance depend on both lengths as much as on content.
+the recorded response (the output length a benchmark asks for), each scaled by ``length_weight``,
+and the reply-content block (copy from the prompt, repetition within the reply, distinct tokens:
+:func:`distprompt.records.reply_features`) scaled by ``reply_weight``: throughput and acceptance
+depend on both lengths and on what the reply is as much as on the prompt's content. Shares:
+prompt content 1, each length ``length_weight`` (1), the reply block ``reply_weight`` (1).
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from distprompt._heap import trim_heap
 __all__ = ["FEATURE_BUDGET", "Features", "budget_width", "head_tail", "vectorize"]
 
 _BIGRAM_BUCKETS = 1 << 20
+#: Scale of the reply-content block in the joint space (content vectors have norm 1, each
+#: z-scored log length ``length_weight``).
+REPLY_WEIGHT = 1.0
 _SVD_FIT_MAX = 4000  # pools larger than this fit the SVD on a uniform sample of this many
 #: Tokens of a pool that make features (see ``vectorize(token_budget=)``).
 FEATURE_BUDGET = 3_000_000
@@ -160,7 +166,10 @@ def vectorize(
     dims: int = 64,
     lengths: Sequence[int] | None = None,
     response_lengths: Sequence[int] | None = None,
+    replies: np.ndarray | None = None,
+    replied: np.ndarray | None = None,
     length_weight: float = 1.0,
+    reply_weight: float = REPLY_WEIGHT,
     seed: int = 0,
     token_budget: int = FEATURE_BUDGET,
 ) -> Features:
@@ -172,6 +181,12 @@ def vectorize(
         dims: LSA dimensions (capped by what the data supports).
         lengths: Prompt lengths (default: the lengths of ``prompts``).
         response_lengths: Recorded output length of each candidate; adds a joint-space column.
+        replies: ``(n, len(REPLY_FEATURES))`` reply-content shares of each candidate
+            (:func:`distprompt.records.reply_features`); adds one joint-space block.
+        replied: Which rows of ``replies`` were measured: the others get the measured rows'
+            mean (no pull either way).
+        reply_weight: Scale of the reply block (each z-scored column scaled so that the block's
+            expected squared norm is ``reply_weight**2``).
         length_weight: Scale of the z-scored log lengths in the joint space.
         seed: Seeds the randomized SVD.
         token_budget: At most this many tokens of the pool make features: beyond it, each
@@ -230,6 +245,14 @@ def vectorize(
         # a coverage cost of about 0.01 in mean distance.
         log_resp = np.log(np.maximum(1, np.asarray(response_lengths, dtype=np.float64)))
         columns.append(length_weight * _zscore(log_resp)[:, None])
+    if replies is not None and replies.shape[0] == n and replies.ndim == 2:
+        # What the drafter must predict: copies from the prompt, repeats within the reply.
+        r = np.asarray(replies, dtype=np.float64).copy()
+        seen = np.ones(n, dtype=bool) if replied is None else np.asarray(replied, dtype=bool)
+        if seen.any():
+            r[~seen] = r[seen].mean(axis=0)
+            z = np.column_stack([_zscore(r[:, j]) for j in range(r.shape[1])])
+            columns.append(z * (reply_weight / np.sqrt(r.shape[1])))
     joint = np.hstack(columns)
     return Features(tfidf=tfidf, content=content, joint=joint, log_length=log_len)
 

@@ -30,11 +30,21 @@ from distprompt.read.shards import iter_rows, lines_at, open_shard, split_shard
 from distprompt.read.spill import SpilledWindow, WindowStore
 from distprompt.read.tally import Tally, rebase_where
 from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES
-from distprompt.records import Candidate, Provenance, Row, Shard, SourceStats, feature_window
+from distprompt.records import (
+    REPLY_FEATURES,
+    Candidate,
+    Provenance,
+    Row,
+    Shard,
+    SourceStats,
+    feature_window,
+    reply_features,
+)
 
 __all__ = [
     "BottomK",
     "Partial",
+    "TopReplies",
     "load_candidates",
     "prompt_key",
     "sampled_prompts",
@@ -50,6 +60,15 @@ _LE_I8 = np.dtype("<i8")
 #: Prompts per source the pass holds with their ids by default: the round-trip sample of the
 #: tokenizer checks (:data:`distprompt.recover.checks.ROUND_TRIP_SAMPLE`).
 SAMPLE = 64
+#: Candidates whose prompt key is among a source's this many smallest (a uniform sample of its
+#: unique prompts) get their first reply's content measured in the pass (:func:`reply_features`):
+#: the reference that selection calibrates weights to and herds among. Measuring every candidate
+#: would cost ~45 us a short row, more than half of what reading it costs; a running bottom-m
+#: measures about ``m (1 + ln(rows / m))`` rows of a source (2048: +25 % CPU for the whole
+#: export on the benchmark corpus; 512: see benchmarks/RESULTS.md).
+REPLY_SAMPLE = 512
+#: Rows with the longest first replies kept per source, whatever their key (:class:`TopReplies`).
+HEAVY = 128
 
 
 @functools.lru_cache(maxsize=8)
@@ -236,7 +255,7 @@ def _rebuilt(
     faster than ``dataclasses.replace``; once a candidate merged, rebased or written)."""
     return Candidate(
         c.key, c.source, c.prompt_ids, c.prompt_mask, c.response_ids, c.n_response_tokens,
-        provenance, count, window, c.n_prompt, c.n_first_response,
+        provenance, count, window, c.n_prompt, c.n_first_response, c.reply,
     )  # fmt: skip
 
 
@@ -254,6 +273,8 @@ class _Frozen:
     window_lens: np.ndarray  # int64
     dtypes: tuple[list[np.dtype[Any]], np.ndarray]
     store: WindowStore
+    replies: np.ndarray  # uint16 (n, len(REPLY_FEATURES)); rows of entries without: all 65535
+    replied: np.ndarray  # bool: the entry has reply features
 
     @staticmethod
     def of(cands: list[Candidate]) -> _Frozen | None:
@@ -286,6 +307,10 @@ class _Frozen:
             window_lens=np.fromiter((w.n for w in refs), np.int64, len(refs)),
             dtypes=_codes([w.dtype for w in refs]),
             store=store,
+            replies=np.array(
+                [_NO_REPLY if c.reply is None else c.reply for c in cands], dtype=np.uint16
+            ).reshape(len(cands), len(REPLY_FEATURES)),
+            replied=np.fromiter((c.reply is not None for c in cands), bool, len(cands)),
         )
 
     def candidates(self, n: int | None = None) -> list[Candidate]:
@@ -305,6 +330,10 @@ class _Frozen:
             )
         ]
         held = [None] * len(keys)  # ids, mask, first response: read back when selected
+        replies = [
+            r if has else None
+            for r, has in zip(self.replies[cut], self.replied[cut].tolist(), strict=True)
+        ]
         return list(
             _candidates_of(
                 keys,
@@ -315,6 +344,7 @@ class _Frozen:
                 held,
                 held,
                 windows,
+                replies,
             )
         )
 
@@ -328,13 +358,14 @@ def _candidates_of(
     masks: list[Any],
     responses: list[Any],
     windows: list[Any],
+    replies: list[Any],
 ) -> Iterator[Candidate]:
     """Candidates from their fields, one sequence a field (``nums`` as :func:`_columns`)."""
-    for key, (n_resp, count, n_prompt, n_first, line, off), src, shard, p, m, r, w in zip(
-        keys, nums, sources, shards, ids, masks, responses, windows, strict=True
+    for key, (n_resp, count, n_prompt, n_first, line, off), src, shard, p, m, r, w, f in zip(
+        keys, nums, sources, shards, ids, masks, responses, windows, replies, strict=True
     ):
         prov = Provenance(shard, line, off)
-        yield Candidate(key, src, p, m, r, n_resp, prov, count, w, n_prompt, n_first)
+        yield Candidate(key, src, p, m, r, n_resp, prov, count, w, n_prompt, n_first, f)
 
 
 def _codes(values: list[Any]) -> tuple[list[Any], np.ndarray]:
@@ -344,7 +375,8 @@ def _codes(values: list[Any]) -> tuple[list[Any], np.ndarray]:
     return list(index), codes
 
 
-_ARRAYS = ("prompt_ids", "prompt_mask", "response_ids", "window")
+_ARRAYS = ("prompt_ids", "prompt_mask", "response_ids", "window", "reply")
+_NO_REPLY = np.full(len(REPLY_FEATURES), 65535, dtype=np.uint16)
 
 
 def _columns(cands: list[Candidate], *, windows: bool = True) -> tuple[Any, ...]:
@@ -403,16 +435,74 @@ def _unpickle_bottomk(
     arrays: list[Any],
     same: list[bool],
 ) -> BottomK:
-    ids, mask, resp, win = (_uncolumn(c) for c in arrays)
+    ids, mask, resp, win, replies = (_uncolumn(c) for c in arrays)
     windows = [p if sm else w for p, w, sm in zip(ids, win, same, strict=True)]
     out = BottomK(k)
     out.saturated = saturated
     out.sample = sample
-    cands = _candidates_of(keys.tolist(), nums.tolist(), *strs, ids, mask, resp, windows)
+    cands = _candidates_of(keys.tolist(), nums.tolist(), *strs, ids, mask, resp, windows, replies)
     entries = out._entries = {c.key: c for c in cands}
     out._heap = [-key for key in entries]
     heapq.heapify(out._heap)
     return out
+
+
+class TopReplies:
+    """The rows of a source with the longest first replies (at most ``k``; ties by prompt key),
+    whatever their prompt key: the rows that may alone hold a large share of the source's reply
+    tokens, which a uniform pool can miss (selection's take-all stratum). One per prompt key
+    (the longest reply). Merges like the pool: the top ``k`` of a union is in the union of each
+    part's top ``k``."""
+
+    __slots__ = ("_entries", "_keys", "k")
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self._entries: list[tuple[int, int, Candidate]] = []  # heap: (length, -key, cand)
+        self._keys: set[int] = set()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def offer(self, length: int, key: int) -> bool:
+        """Whether a row with this first-reply length would be kept."""
+        e = self._entries
+        return len(e) < self.k or (length, -key) > e[0][:2]
+
+    def add(self, cand: Candidate) -> None:
+        item = (cand.first_response_length, -cand.key, cand)
+        e = self._entries
+        if cand.key in self._keys:  # the same prompt again: the longer reply (then the first)
+            i = next(i for i, t in enumerate(e) if t[2].key == cand.key)
+            n, c = e[i][0], e[i][2]
+            if item[0] > n or (item[0] == n and cand.provenance < c.provenance):
+                e[i] = item
+                heapq.heapify(e)
+            return
+        if len(e) < self.k:
+            heapq.heappush(e, item)
+        elif item[:2] > e[0][:2]:
+            self._keys.discard(heapq.heapreplace(e, item)[2].key)
+        else:
+            return
+        self._keys.add(cand.key)
+
+    def merge(self, other: TopReplies) -> TopReplies:
+        for _, _, c in other._entries:
+            self.add(c)
+        return self
+
+    def rebase(self, shard: str, base: int) -> None:
+        e = self._entries
+        for i, (n, nk, c) in enumerate(e):
+            p = c.provenance
+            if p.shard == shard:
+                moved = _rebuilt(c, Provenance(p.shard, p.line + base, p.offset), c.count, c.window)
+                e[i] = (n, nk, moved)
+
+    def candidates(self) -> list[Candidate]:
+        """Longest first reply first (ties: smaller key first)."""
+        return [c for _, _, c in sorted(self._entries, key=lambda t: (-t[0], -t[1]))]
 
 
 @dataclass(slots=True)
@@ -428,12 +518,18 @@ class Partial:
     sample: int = 0  # prompts held per source for the round-trip check (BottomK's ``sample``)
     # Where the pools' windows go as partials are merged into this one (scan's ``spill``).
     spill: WindowStore | None = None
+    heavy: dict[str, TopReplies] = field(default_factory=dict)
+    # per source, the REPLY_SAMPLE smallest keys seen by this unit's reader (negated: a max
+    # heap) and the same as a set; not merged (cleared before a unit's partial is returned)
+    ref: dict[str, tuple[list[int], set[int]]] = field(default_factory=dict)
 
     def merge(self, other: Partial) -> Partial:
         for src, st in other.stats.items():
             self.stats.setdefault(src, SourceStats()).merge(st)
         for src, pool in other.pools.items():
             self.pools.setdefault(src, BottomK(self.k)).merge(pool, spill=self.spill)
+        for src, top in other.heavy.items():
+            self.heavy.setdefault(src, TopReplies(top.k)).merge(top)
         self.tally.merge(other.tally)
         for name, n in other.shard_rows.items():
             self.shard_rows[name] = self.shard_rows.get(name, 0) + n
@@ -445,6 +541,8 @@ class Partial:
         lines count from its start)."""
         for pool in self.pools.values():
             pool.rebase(shard, base)
+        for top in self.heavy.values():
+            top.rebase(shard, base)
         self.tally.rebase(shard, base)
 
 
@@ -574,6 +672,7 @@ def scan_unit(
         if on_row is not None:
             on_row(row.provenance.offset)
     part.shard_rows[shard.name] = n
+    part.ref = {}
     return UnitResult(part, lines[0])
 
 
@@ -593,30 +692,44 @@ def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> No
     st.seq_lengths[row.seq_len] += 1
     st.trained_turns[row.trained_turns] += 1
     start, end = row.first_response_span()
-    st.first_reply_tokens += end - start
-    st.first_reply_lengths[end - start] += 1
+    n_first = end - start
+    st.first_reply_tokens += n_first
+    st.first_reply_lengths[n_first] += 1
     if n_prompt + n_resp != row.seq_len:
         _flag(part, row, "length_sum_mismatch")
     prompt = row.prompt_ids
     key = prompt_key(prompt, seed=seed)
     pool = part.pools[source]
-    if not pool.offer_key(key):
+    top = part.heavy.get(source)
+    if top is None:
+        top = part.heavy[source] = TopReplies(HEAVY)
+    pooled = pool.offer_key(key)
+    heavy = n_first > 0 and top.offer(n_first, key)
+    if not pooled:
         pool.reject()
-        return
+        if not heavy:
+            return
     window = _compact(feature_window(prompt))
     whole = window.shape[0] == prompt.shape[0]
+    # the reply's features for the reference sample only (the take-all rows need none)
+    reply_ids = row.ids(start, end) if hold or _in_reference(part, source, key) else None
     cand = Candidate(
         key=key,
         source=row.source,
         prompt_ids=(window if whole else _compact(prompt)) if hold else None,
         prompt_mask=row.prompt_mask() if hold else None,
-        response_ids=_compact(row.ids(start, end)) if hold else None,
+        response_ids=_compact(reply_ids) if hold and reply_ids is not None else None,
         n_response_tokens=row.n_response_tokens,
         provenance=row.provenance,
         window=window,
         n_prompt=row.n_prompt_tokens,
-        n_first_response=end - start,
+        n_first_response=n_first,
+        reply=None if reply_ids is None else reply_features(prompt, reply_ids),
     )
+    if heavy:
+        top.add(cand)
+    if not pooled:
+        return
     pool.add(cand)
     sample = pool.sample
     if sample is not None and sample.offer_key(key):
@@ -624,6 +737,27 @@ def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> No
         if cand.prompt_ids is None:
             cand = replace(cand, prompt_ids=window if whole else _compact(prompt))
         sample.add(cand)
+
+
+def _in_reference(part: Partial, source: str, key: int) -> bool:
+    """Whether ``key`` is among the :data:`REPLY_SAMPLE` smallest this reader has seen of
+    ``source`` (recording it): then every key of the merged pool's smallest
+    :data:`REPLY_SAMPLE` was, where it was read, and has its reply features."""
+    got = part.ref.get(source)
+    if got is None:
+        got = part.ref[source] = ([], set())
+    heap, keys = got
+    if key in keys:
+        return True
+    if len(heap) < REPLY_SAMPLE:
+        heapq.heappush(heap, -key)
+        keys.add(key)
+        return True
+    if key < -heap[0]:
+        keys.discard(-heapq.heapreplace(heap, -key))
+        keys.add(key)
+        return True
+    return False
 
 
 def sampled_prompts(
@@ -708,11 +842,13 @@ def load_candidates(
                     "another; the shard changed during the run — run again"
                 )
             start, end = row.first_response_span()
+            response = row.ids(start, end)
             out[i] = replace(
                 c,
                 prompt_ids=_compact(row.prompt_ids),
                 prompt_mask=row.prompt_mask(),
-                response_ids=_compact(row.ids(start, end)),
+                response_ids=_compact(response),
+                reply=reply_features(row.prompt_ids, response) if c.reply is None else c.reply,
             )
     return out
 
@@ -1048,6 +1184,7 @@ def _normalize(part: Partial, shard_at: dict[str, int]) -> None:
 
     part.stats = {s: part.stats[s] for s in sorted(part.stats)}
     part.pools = {s: part.pools[s] for s in sorted(part.pools)}
+    part.heavy = {s: part.heavy[s] for s in sorted(part.heavy)}
     for st in part.stats.values():
         st.prompt_lengths = counter(st.prompt_lengths)
         st.response_lengths = counter(st.response_lengths)

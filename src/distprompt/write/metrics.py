@@ -4,10 +4,15 @@ A benchmark replays each suite prompt once, so a suite is representative when it
 source's modes and (2) matches its length distribution. Both are measured per source for the
 suite and for a uniform random sample of the same size (the median over :data:`N_RANDOM` seeds):
 
-* **length fidelity** — the Kolmogorov–Smirnov statistic between the selection's prompt (and
-  response) lengths and the corpus's, the corpus side exact (every row, from the pass's length
-  histograms); unweighted (what a benchmark replays) and weighted by item weight (what the suite
-  stands for);
+* **length fidelity** — the Kolmogorov–Smirnov statistic between the selection's prompt
+  lengths and the corpus's, and between its output lengths and the corpus's, the corpus side
+  exact (every row, from the pass's length histograms); unweighted (what a benchmark replays)
+  and weighted by item weight (what the suite stands for). The output length is the first reply
+  after the prompt as a client asks for it (``max_tokens``: at least 1, capped by
+  ``max_output_tokens``) on both sides — :attr:`SourceStats.first_reply_lengths` through
+  :func:`~distprompt.records.max_tokens_histogram` — never ``n_response_tokens``, which counts
+  the whole rest of the row (every later turn) and can be many times longer; the ``response``
+  names of the figures (``ks_response``, the ``response`` curves) mean this output length;
 * **coverage** — in the reference space (L2-normalized LSA content vector plus the z-scored log
   prompt length, the selection's joint space at ``length_weight=1``): the mean Euclidean distance
   from each candidate to its nearest selected item, and the *represented share*: the candidates
@@ -28,6 +33,8 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from distprompt.records import max_tokens_for, max_tokens_histogram
 
 if TYPE_CHECKING:
     from distprompt.records import Candidate, SourceStats
@@ -188,8 +195,8 @@ class Metrics:
     Attributes:
         ks_prompt: KS statistic, prompt lengths, unweighted.
         ks_prompt_weighted: KS statistic, prompt lengths, weighted by item weights.
-        ks_response: KS statistic, response lengths, unweighted.
-        ks_response_weighted: KS statistic, response lengths, weighted by item weights.
+        ks_response: KS statistic, output lengths (first reply, ``max_tokens``), unweighted.
+        ks_response_weighted: KS statistic, output lengths, weighted by item weights.
         mean_distance: Mean distance from each candidate to its nearest selected item.
         represented_share: Share of candidates in a k-means cluster that holds a selected item.
         ks_prompt_within: Overall only: the sources' ``ks_prompt``, averaged with weights = their
@@ -315,6 +322,7 @@ def measure_source(
     labels: np.ndarray | None = None,
     seed: int = 0,
     n_random: int = N_RANDOM,
+    max_output_tokens: int | None = None,
 ) -> SourceEvidence:
     """Measure a source's selection against its corpus and against uniform random samples.
 
@@ -322,12 +330,15 @@ def measure_source(
         candidates: The source's candidate pool.
         selected: Indices of the selected candidates.
         weights: Item weight of each selected candidate (sums to 1).
-        stats: The source's exact corpus statistics (length histograms).
+        stats: The source's exact corpus statistics (length histograms; the output lengths
+            are compared with its ``first_reply_lengths``).
         content: LSA content vectors of the candidates (None when every candidate is selected).
         log_length: Log prompt length of each candidate.
         labels: Suite cluster of every candidate (for the cluster plot).
         seed: Seeds k-means and the random baseline.
         n_random: Random samples in the baseline.
+        max_output_tokens: The cap on ``max_tokens`` (applied to both sides of the output-length
+            comparison).
 
     Example:
         >>> ev = measure_source(cands, sel.indices, sel.weights, stats=st,
@@ -339,7 +350,11 @@ def measure_source(
     idx = np.asarray(selected, dtype=np.int64)
     k = idx.shape[0]
     prompt = np.array([c.n_prompt_tokens for c in candidates], dtype=np.int64)
-    response = np.array([c.n_response_tokens for c in candidates], dtype=np.int64)
+    # what each candidate's item would ask for, compared with what every corpus row would
+    response = np.array(
+        [max_tokens_for(c.first_response_length, max_output_tokens) for c in candidates],
+        dtype=np.int64,
+    )
     trivial = k >= n or content is None or log_length is None
     from distprompt.choose.cluster import nearest
 
@@ -349,7 +364,8 @@ def measure_source(
         x = reference_space(content, log_length)
         x_sq = (x * x).sum(1)  # once for the six selections measured
         km = _kmeans_labels(x, k, seed=seed)
-    corpus_prompt, corpus_response = _cdf(stats.prompt_lengths), _cdf(stats.response_lengths)
+    corpus_prompt = _cdf(stats.prompt_lengths)
+    corpus_response = _cdf(max_tokens_histogram(stats.first_reply_lengths, max_output_tokens))
 
     def near(ix: np.ndarray) -> tuple[np.ndarray | None, float | None]:
         """Nearest item of each candidate, and the mean distance to it (mean_nearest_distance)."""
@@ -447,7 +463,7 @@ def pooled_metrics(
         samples: ``(source, sample, candidates)`` per source; None samples are left out.
         row_share: Each source's share of the corpus rows.
         corpus_prompt: Prompt-length histogram of the whole corpus.
-        corpus_response: Response-length histogram of the whole corpus.
+        corpus_response: Output-length (``max_tokens``) histogram of the whole corpus.
         per_source: ``(source, figures)`` per source, for the within-source KS.
 
     Returns:

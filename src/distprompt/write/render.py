@@ -234,6 +234,9 @@ def _ecdf(ax: Any, values: Sequence[int], **kw: Any) -> None:
     ax.plot(*_steps(np.concatenate([[v[0]], v]), np.concatenate([[0.0], y])), **kw)
 
 
+_LENGTH_TITLE = {"prompt": "Prompt", "response": "First reply (max_tokens)"}
+
+
 def _length_plot(report: Report, key: str) -> bytes:
     import numpy as np
     from matplotlib.ticker import (
@@ -289,7 +292,7 @@ def _length_plot(report: Report, key: str) -> bytes:
     if first.get_legend_handles_labels()[0]:  # an empty first panel has nothing to name
         first.legend(fontsize=7, frameon=False, loc="lower right")
     fig.suptitle(
-        f"{key.capitalize()} length (tokens): cumulative distribution",
+        f"{_LENGTH_TITLE.get(key, key.capitalize())} length (tokens): cumulative distribution",
         fontsize=11,
         y=1 - 0.08 / height,
         va="top",
@@ -386,8 +389,8 @@ _HEAD = (
     "items",
     "share corpus / target / suite",
     "prompt KS suite / random",
-    "response KS suite / random",
-    "weighted KS prompt / response",
+    "first reply (max_tokens) KS suite / random",
+    "weighted KS prompt / first reply",
     "mean distance suite / random",
     "represented suite / random",
     "coverage",
@@ -546,10 +549,13 @@ def html_page(report: Report, pngs: Mapping[str, bytes]) -> str:
     for source, examples in report.examples.items():
         parts.append(f"<details><summary>{_esc(source)} — {len(examples)} clusters</summary>")
         for ex in examples:
+            mt = ex.get("max_tokens")  # absent from reports written before it was recorded
+            reply = "" if mt is None else f"{mt} first reply (max_tokens) / "
             parts.append(
                 f"<h4>cluster {ex['cluster']} · {ex['cluster_size']} candidates · weight "
-                f"{ex['weight']} · {ex['n_prompt_tokens']} prompt / {ex['n_response_tokens']} "
-                f"response tokens · <code>{_esc(ex['where'])}</code> · "
+                f"{ex['weight']} · {ex['n_prompt_tokens']} prompt tokens · {reply}"
+                f"{ex['n_response_tokens']} n_response_tokens (rest of row) · "
+                f"<code>{_esc(ex['where'])}</code> · "
                 f"<code>{_esc(ex['id'])}</code></h4>"
             )
             parts.append(f"<pre>{_esc(ex['prompt'])}</pre>")

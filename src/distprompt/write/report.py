@@ -31,7 +31,7 @@ import numpy as np
 import orjson
 
 from distprompt.errors import InputError
-from distprompt.records import histogram_quantiles
+from distprompt.records import histogram_quantiles, max_tokens_histogram
 from distprompt.write.metrics import (
     N_RANDOM,
     Metrics,
@@ -264,7 +264,7 @@ def _summary(overall_suite: Metrics, overall_random: Metrics, sources: Mapping[s
         f"{head} (median of {N_RANDOM} seeds): mean distance to nearest item "
         f"{f(s.mean_distance)} vs {f(r.mean_distance)}, clusters represented "
         f"{f(s.represented_share, True)} vs {f(r.represented_share, True)}; prompt-length KS "
-        f"{f(s.ks_prompt_within)} vs {f(r.ks_prompt_within)}, response-length KS "
+        f"{f(s.ks_prompt_within)} vs {f(r.ks_prompt_within)}, first-reply (max_tokens) KS "
         f"{f(s.ks_response_within)} vs {f(r.ks_response_within)} (within sources, mean weighted "
         f"by rows); per source, coverage better in "
         f"{sum(v == 'better' for v in cov_src)}/{len(cov_src)}, lengths no worse in "
@@ -280,6 +280,7 @@ def build_report(
     items: Sequence[SuiteItem],
     meta: Mapping[str, Any] | None = None,
     selected: Mapping[str, int] | None = None,
+    max_output_tokens: int | None = None,
 ) -> Report:
     """Assemble the :class:`Report` from per-source evidence and the corpus statistics.
 
@@ -292,6 +293,8 @@ def build_report(
         selected: Items selected per source, for a report made before the items are decoded
             (``items`` empty), to draw its plots early: they are those of the final report,
             whose examples and recovery rates this one lacks.
+        max_output_tokens: The export's cap on ``max_tokens``: the corpus's first replies are
+            capped the same way before the output lengths are compared.
 
     Example:
         >>> rep = build_report(ev, stats=part.stats, quotas=quotas, items=items)  # doctest: +SKIP
@@ -309,10 +312,15 @@ def build_report(
     n_selected = sum(selected.values())
     total_items = n_selected or 1
     corpus_prompt: Counter[int] = Counter()
+    # Output lengths: the first reply as a client asks for it (max_tokens), not
+    # n_response_tokens (the rest of the row, every later turn included).
+    replies = {
+        s: max_tokens_histogram(stats[s].first_reply_lengths, max_output_tokens) for s in names
+    }
     corpus_response: Counter[int] = Counter()
     for s in names:
         corpus_prompt.update(stats[s].prompt_lengths)
-        corpus_response.update(stats[s].response_lengths)
+        corpus_response.update(replies[s])
 
     sources: dict[str, dict[str, Any]] = {}
     curves: dict[str, dict[str, Any]] = {}
@@ -335,7 +343,7 @@ def build_report(
             "length": _length_verdict(suite_m, rnd_m),
             "recovery": _recovery(by_source.get(s, [])),
         }
-        curves[s] = _curves(stats[s].prompt_lengths, stats[s].response_lengths, ev)
+        curves[s] = _curves(stats[s].prompt_lengths, replies[s], ev)
 
     pooled_suite = pooled_metrics(
         [(s, ev.suite_sample, ev.candidates) for s, ev in evidence.items() if ev],
@@ -395,6 +403,7 @@ def build_report(
                 "id": it.id,
                 "where": f"{it.provenance.shard}:{it.provenance.line}",
                 "n_prompt_tokens": it.n_prompt_tokens,
+                "max_tokens": it.max_tokens,
                 "n_response_tokens": it.n_response_tokens,
                 "prompt": _excerpt(it.prompt),
             }
@@ -406,10 +415,15 @@ def build_report(
     m.update(
         {
             "random_seeds": N_RANDOM,
+            "max_output_tokens": max_output_tokens,
             "definitions": {
                 "ks": "Kolmogorov-Smirnov statistic between suite and corpus lengths (corpus: "
                 "every row); weighted variant uses item weights (overall: times the source's "
                 "share of rows)",
+                "response": "output length = the first reply after the prompt as a client asks "
+                "for it (max_tokens: at least 1, capped by max_output_tokens), for the suite's "
+                "items and every corpus row alike; not n_response_tokens (the rest of the row, "
+                "every later turn included)",
                 "ks_within": "overall only: the sources' unweighted KS averaged with weights "
                 "= their share of rows; the overall length verdict uses it, because the pooled "
                 "KS also reflects the allocation, which is the same for suite and random",

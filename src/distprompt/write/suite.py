@@ -242,9 +242,22 @@ def _caveats(manifest: dict[str, Any]) -> str:
 
 
 def _summary_table(manifest: dict[str, Any]) -> str:
-    head = ("source", "rows", "unique", "cands", "target", "selected", "tokens%", "turns%")
+    head = (
+        "source", "rows", "unique", "cands", "target", "selected", "take-all", "strata",
+        "tokens%", "turns%",
+    )  # fmt: skip
     lines = [head]
+    worst = 0.0
+    designed = False
     for src, s in manifest.get("sources", {}).items():
+        design = s.get("design") or {}
+        strata = design.get("strata") or {}
+        designed = designed or bool(strata)
+        taken = str(strata.get("take-all", 0)) if strata else "-"
+        by_len = sorted((k for k in strata if k.startswith("len")), key=lambda k: int(k[3:]))
+        spread = "/".join(str(strata[k]) for k in by_len) or "-"
+        for v in (design.get("residual") or {}).values():
+            worst = max(worst, abs(v or 0.0))
         fid = s.get("fidelity") or {}
         n = sum(fid.values())
         pct = f"{100.0 * fid.get('tokens', 0) / n:.0f}" if n else "-"
@@ -261,11 +274,20 @@ def _summary_table(manifest: dict[str, Any]) -> str:
                 str(s["candidates"]),
                 str(s["target"]),
                 str(s["selected"]),
+                taken,
+                spread,
                 pct,
                 turns,
             )
         )
     out = format_table(lines)
+    if designed:
+        out.append(
+            "take-all: rows whose first reply alone holds a pick's share of the source's reply "
+            "tokens (each stands for itself); strata: picks per first-reply length stratum, "
+            "shortest first; weights = corpus rows, calibrated to each source's rows, prompt and "
+            f"first-reply tokens (largest gap {100.0 * worst:.2g}%)"
+        )
     skipped = manifest.get("counts", {}).get("skipped") or {}
     if skipped:
         out.append("skipped rows: " + ", ".join(f"{k}={v}" for k, v in skipped.items()))
