@@ -167,6 +167,12 @@ def test_sglang_sends_exact_ids_and_reports_the_servers_figures(
             assert row[src]["accept_length_mean_per_request"] == pytest.approx(mean)
             assert row[src]["accept_length"] != pytest.approx(mean)  # the test can tell them apart
             assert row[src]["accept_length_steps_estimated"] == 0
+            for fig in ("accept_length", "accept_rate"):  # the corpus procedure, one source
+                parts = _server_parts(rs, produced, fig, c)
+                _, lo, hi = _hand_estimate(parts, {src: 1.0})
+                assert row[src][f"{fig}_ci_low"] == pytest.approx(lo)
+                assert row[src][f"{fig}_ci_high"] == pytest.approx(hi)
+                assert lo <= row[src][fig] <= hi
             assert row[src]["output_tokens"] == sum(produced[r["id"]].n for r in rs)
         corpus = next(e for e in s["corpus"] if e["concurrency"] == c)
         for fig in ("accept_length", "accept_rate"):

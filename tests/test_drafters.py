@@ -233,3 +233,17 @@ def test_bad_settings_are_refused() -> None:
         Drafter("ngram", 0)
     with pytest.raises(ValueError, match="reply_ids"):
         simulate([1], [-1, 2], Drafter("ngram", 4))
+
+
+def test_simulate_stays_the_function_after_every_evaluate_module_is_imported() -> None:
+    """A submodule named like a package attribute replaces it on import: ``simulate`` must stay
+    the function whatever else of ``distprompt.evaluate`` was imported first."""
+    import importlib
+    import pkgutil
+
+    import distprompt.evaluate as evaluate
+
+    for mod in pkgutil.iter_modules(evaluate.__path__):
+        importlib.import_module(f"distprompt.evaluate.{mod.name}")
+    assert callable(evaluate.simulate) and evaluate.simulate.__name__ == "simulate"
+    assert set(evaluate.__all__).isdisjoint(m.name for m in pkgutil.iter_modules(evaluate.__path__))

@@ -4,8 +4,9 @@ Hashes of ``suite.jsonl`` and of the stable part of ``manifest.json`` (without t
 versions, the tokenizer's path and the DATA spelling) for ``--per-source 20``, seed 0, Qwen3:
 
 * ``FULL_PROMPT_*``: features from whole prompts — the output before issue 10, reproduced by the
-  current code when the feature window is made larger than every prompt (``suite.jsonl`` since
-  issue 26 with each item's ``response_ids`` appended; without that key, the same bytes);
+  current code when the feature window is made larger than every prompt (re-pinned for issue
+  26: items carry ``response_ids``, the report compares max_tokens with the first replies, and
+  selection is a sampling design, so the old bytes are not reproduced any more);
 * ``SUITE``: the current output, features from the bounded window (head 256 + tail 256 tokens;
   a deliberate change, measured in docs/concepts.md).
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from distprompt import ConfigError, InputError, Simulation, simulate_suite
 from distprompt.cli import main
 from distprompt.evaluate import DEFAULT_DRAFTERS, Drafter, simulate_many
-from distprompt.evaluate.simulate import FIGURES, MIX
+from distprompt.evaluate.simulation import FIGURES, MIX
 
 from factories import make_corpus, suite_item
 
@@ -119,6 +119,11 @@ def test_old_suites_need_the_corpus_and_read_the_replies_from_it(
     from_data = simulate_suite(old, data=data, random_samples=3)
     from_ids = simulate_suite(suite, data=data, random_samples=3)
     assert from_data == from_ids
+    # the items' own response_ids give the suite's figures the corpus pass gives
+    alone = simulate_suite(suite)
+    assert [(r.suite, r.low, r.high) for r in alone.rows] == [
+        (r.suite, r.low, r.high) for r in from_ids.rows
+    ]
 
 
 def test_another_corpus_is_refused(exported: Any, tmp_path: Path, qwen_tokenizer: Any) -> None:
@@ -200,3 +205,33 @@ def test_cli_simulate(exported: Any, tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["simulate", str(suite), "--drafter", "bogus", "--out", str(out)]) == 2
     assert "expected a name like" in capsys.readouterr().err
     assert main(["simulate", str(tmp_path / "none")]) == 2
+
+
+def test_simulate_into_the_suite_puts_its_verdict_into_the_report(
+    exported: Any, tmp_path: Path
+) -> None:
+    import shutil
+
+    from distprompt.write.report import Report
+
+    data, suite = exported
+    folder = tmp_path / "suite"
+    shutil.copytree(suite, folder)
+    assert Report.load(folder).speculation == {}
+    sim = simulate_suite(folder, data=data, random_samples=4, drafters=["ngram[1-3]k4"], out=folder)
+    report = Report.load(folder)
+    rows = report.speculation["rows"]
+    assert [(r["drafter"], r["figure"]) for r in rows] == [("ngram[1-3]k4", f) for f in FIGURES]
+    assert all(r["scope"] == MIX for r in rows)
+    assert "4 uniform random samples" in report.speculation["verdict"]
+    md = (folder / "report.md").read_text()
+    assert "## Speculation, simulated from the recorded replies" in md
+    assert report.speculation["verdict"] in md
+    assert "Speculation, simulated" in (folder / "report.html").read_text()
+    # without the corpus the verdict says what to run; a folder without a report is left alone
+    simulate_suite(folder, drafters=["ngram[1-3]k4"], out=folder)
+    assert "--data DATA" in Report.load(folder).speculation["verdict"]
+    other = tmp_path / "elsewhere"
+    simulate_suite(folder, data=data, random_samples=2, drafters=["ngram[1-3]k4"], out=other)
+    assert not (other / "report.json").exists()
+    assert sim.random_samples == 4

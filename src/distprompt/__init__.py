@@ -32,7 +32,7 @@ if _TYPE_CHECKING:
     from distprompt.config import Config
     from distprompt.corpus import CorpusInfo
     from distprompt.evaluate.drafters import Drafter, SpecCounts
-    from distprompt.evaluate.simulate import Simulation, simulate_suite
+    from distprompt.evaluate.simulation import Simulation, simulate_suite
     from distprompt.pipeline import build_suite, export_suite, inspect_corpus
     from distprompt.records import Provenance, SuiteItem
     from distprompt.write.report import Report, render_report
@@ -51,8 +51,8 @@ _LAZY = {
     "CorpusInfo": "distprompt.corpus",
     "Drafter": "distprompt.evaluate.drafters",
     "SpecCounts": "distprompt.evaluate.drafters",
-    "Simulation": "distprompt.evaluate.simulate",
-    "simulate_suite": "distprompt.evaluate.simulate",
+    "Simulation": "distprompt.evaluate.simulation",
+    "simulate_suite": "distprompt.evaluate.simulation",
     "inspect_corpus": "distprompt.pipeline",
     "build_suite": "distprompt.pipeline",
     "export_suite": "distprompt.pipeline",

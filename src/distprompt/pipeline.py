@@ -970,15 +970,14 @@ def _calibrated(
     if n >= 8 and has_reply.any():
         shares = np.array([c.reply_shares() for c in rest])
         ref = has_reply
-        # copy4 and repeat4, weighted by reply tokens: their corpus totals estimated from the
-        # measured candidates (a uniform sample of the pool), scaled to the reply tokens
+        # every reply feature (REPLY_FEATURES), weighted by reply tokens: their corpus totals
+        # estimated from the measured candidates (a uniform sample of the pool); on the TUNE
+        # corpora (benchmarks/RESULTS.md) all four beat copy4 and repeat4 alone
         per_token = (
-            (mass[ref] * first[ref])
-            @ shares[ref][:, [0, 2]]
-            / max(1e-9, float(mass[ref] @ first[ref]))
+            (mass[ref] * first[ref]) @ shares[ref] / max(1e-9, float(mass[ref] @ first[ref]))
         )
-        for j, col in enumerate((0, 2)):
-            cols.append(first * shares[:, col])
+        for j in range(shares.shape[1]):
+            cols.append(first * shares[:, j])
             targets.append(per_token[j] * t_first)
     elif n < 3:
         cols, targets = cols[:1], targets[:1]
@@ -1775,7 +1774,10 @@ def _manifest(
             "target": quotas[src].target,
             "selected": selected.get(src, 0),
             "prompt_tokens": _quantiles(st.prompt_lengths),
+            # n_response_tokens: the whole rest of the row, every later turn included
             "response_tokens": _quantiles(st.response_lengths),
+            # the first assistant span after the prompt: what max_tokens asks for
+            "first_reply_tokens": _quantiles(st.first_reply_lengths),
             "fidelity": dict(sorted(fid.items())),
             # How the turns were recovered: `turns` (every turn recognised) or `flat` (fallback).
             "structure": dict(sorted(structure.items())),

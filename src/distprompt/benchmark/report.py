@@ -37,6 +37,14 @@ def _ci(e: dict[str, Any] | None, spec: str = ".3f") -> str:
     return f"{e['estimate']:{spec}} [{e['ci_low']:{spec}}, {e['ci_high']:{spec}}]"
 
 
+def _interval(row: dict[str, Any], name: str, spec: str = ".3f") -> str:
+    """A window's figure with its interval when it has one (not from counters)."""
+    lo, hi = row.get(f"{name}_ci_low"), row.get(f"{name}_ci_high")
+    if lo is None or hi is None:
+        return _f(row.get(name), spec)
+    return f"{row[name]:{spec}} [{lo:{spec}}, {hi:{spec}}]"
+
+
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     out += ["| " + " | ".join(r) + " |" for r in rows]
@@ -132,8 +140,8 @@ def render_summary(summary: dict[str, Any]) -> str:
                 _f(r["mean_in_flight"], ".1f"),
                 "/".join(_f(r[f"ttft_p{q}_ms"], ".1f") for q in (50, 90, 99)),
                 "/".join(_f(r[f"itl_p{q}_ms"]) for q in (50, 90, 99)),
-                _f(r["accept_length"], ".3f"),
-                _f(r["accept_rate"], ".3f"),
+                _interval(r, "accept_length"),
+                _interval(r, "accept_rate"),
                 _f(r.get("accept_length_mean_per_request"), ".3f"),
                 r["spec_from"] or "-",
             ]

@@ -23,7 +23,7 @@ replies weigh by their length (definitions also in ``docs/bench.md``):
   source in sorted order draw ``idx = rng.integers(0, n_s, size=(B, n_s))`` over its requests,
   recompute the source's weighted sums with the resampled weights renormalised to its share, the
   corpus ratio of sums, and take the 2.5th and 97.5th percentiles (numpy's linear method) of the
-  ``B`` estimates.
+  ``B`` estimates. A source's own interval is the same procedure on that source alone.
 """
 
 from __future__ import annotations
@@ -260,15 +260,24 @@ def _counter_parts(w: Mapping[str, Any]) -> dict[str, tuple[float, float] | None
 
 
 def _spec_figures(
-    fig: dict[str, Any], reqs: list[dict[str, Any]], counters: Mapping[str, Any] | None
+    fig: dict[str, Any],
+    reqs: list[dict[str, Any]],
+    counters: Mapping[str, Any] | None,
+    *,
+    n_boot: int,
+    seed: int,
 ) -> None:
-    """A window's acceptance figures, added to ``fig``: per request when the server gave them,
-    else from its counters."""
+    """A window's acceptance figures, added to ``fig``: per request when the server gave them
+    (with a bootstrap interval: the corpus procedure on this source alone), else from its
+    counters (no interval)."""
     spec_from = None
     cparts = _counter_parts(counters) if counters is not None else None
     for name in _FIGS:
         parts = RatioParts.of(reqs, name)
         fig[name] = parts.ratio()
+        one = corpus_estimate({"s": parts}, {"s": 1.0}, n_boot=n_boot, seed=seed)
+        fig[f"{name}_ci_low"] = one["ci_low"] if one else None
+        fig[f"{name}_ci_high"] = one["ci_high"] if one else None
         fig[f"{name}_mean_per_request"] = parts.mean_per_request()
         fig[f"{name}_n"] = len(parts)
         fig[f"{name}_{_DEN[name]}_estimated"] = parts.estimated
@@ -325,7 +334,7 @@ def summarize(
     rows = []
     for (src, c), reqs in sorted(by_win.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         fig = _window_figures(reqs)
-        _spec_figures(fig, reqs, counters.get((src, c)))
+        _spec_figures(fig, reqs, counters.get((src, c)), n_boot=n_boot, seed=seed)
         rows.append({"source": src, "concurrency": c, **fig})
     levels = sorted({c for _, c in by_win})
     corpus = []

@@ -18,10 +18,10 @@ applied per source:
    rows of the stratum over its picks) and the weights of a source's non-take-all items are then
    calibrated (bounded linear calibration, ``[1/3, 3]`` times the start) so that the weighted
    totals of rows, prompt tokens and first-reply tokens equal the corpus's exactly, and the
-   token-weighted shares of reply content that bear on speculation (4-gram copy from the prompt,
-   4-gram repetition within the reply: :func:`distprompt.records.reply_features`) equal their
-   estimate from the pool's reference sample. What calibration cannot reach within the bounds is
-   the residual, reported.
+   token-weighted shares of reply content that bear on speculation (4- and 8-gram copy from the
+   prompt, 4-gram repetition within the reply, distinct tokens:
+   :func:`distprompt.records.reply_features`) equal their estimate from the pool's reference
+   sample. What calibration cannot reach within the bounds is the residual, reported.
 
 The unit of ``weight`` is corpus rows: a source's weights sum to its row count, so across
 sources they are comparable as they are.

@@ -445,6 +445,7 @@ def markdown(report: Report) -> str:
     lines += ["| " + " | ".join(_HEAD) + " |", "|" + "---|" * len(_HEAD)]
     lines += ["| " + " | ".join(r) + " |" for r in _rows(report)]
     lines += _recovery_lines(report)
+    lines += _speculation_lines(report)
     lines += ["", "## Definitions", ""]
     for k, v in report.meta.get("definitions", {}).items():
         lines.append(f"- **{k}**: {v}")
@@ -457,6 +458,45 @@ def markdown(report: Report) -> str:
             lines.append(f"![{name[len('report_') : -4].replace('_', ' ')}]({name})")
     lines += ["", "Example prompts per source and cluster: see `report.html`.", ""]
     return "\n".join(lines)
+
+
+def _fs(v: Any, pct: bool = False) -> str:
+    if v is None:
+        return "-"
+    return f"{100 * v:.1f}%" if pct else f"{v:.3f}"
+
+
+def _speculation_lines(report: Report) -> list[str]:
+    """The report's section on simulated speculation (``distprompt simulate``), when it ran."""
+    spec = report.speculation
+    rows = spec.get("rows") or []
+    if not rows:
+        return []
+    head = ["drafter", "figure", "suite", "95% interval", "corpus", "suite error",
+            "random median error", "random closer"]  # fmt: skip
+    lines = ["", "## Speculation, simulated from the recorded replies", "", spec.get("verdict", "")]
+    lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        pct = r.get("figure") == "acceptance_rate"
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    str(r.get("drafter")),
+                    str(r.get("figure")),
+                    _fs(r.get("suite"), pct),
+                    f"{_fs(r.get('suite_low'), pct)} – {_fs(r.get('suite_high'), pct)}",
+                    _fs(r.get("corpus"), pct),
+                    _fs(r.get("suite_error"), pct),
+                    _fs(r.get("random_median_error"), pct),
+                    _fs(r.get("random_better"), True),
+                ]
+            )
+            + " |"
+        )
+    lines += ["", "Corpus mix (every source at its share of the corpus rows); per source: "
+              "`simulate.md`."]  # fmt: skip
+    return lines
 
 
 def _recovery_lines(report: Report) -> list[str]:
@@ -520,6 +560,16 @@ def html_page(report: Report, pngs: Mapping[str, bytes]) -> str:
         cells = [c.replace("**", "") for c in r]
         parts.append("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>")
     parts.append("</table>")
+    spec = _speculation_lines(report)
+    if spec:
+        parts.append(f"<h2>{_esc(spec[1][3:])}</h2><p>{_esc(spec[3])}</p><table>")
+        for line in spec[5:-2]:
+            if line.startswith("|---"):
+                continue
+            tag = "th" if line is spec[5] else "td"
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            parts.append("<tr>" + "".join(f"<{tag}>{_esc(c)}</{tag}>" for c in cells) + "</tr>")
+        parts.append(f"</table><p>{_esc(spec[-1])}</p>")
     rec = _recovery_lines(report)
     if rec:
         parts.append(f"<h2>Turn recovery</h2><p>{_esc(rec[3])}</p><table>")

@@ -73,6 +73,9 @@ class Report:
         curves: Per source and ``overall``: length quantiles of the corpus, suite and random.
         projection: Per source: candidates in 2-D with cluster labels (the cluster plot).
         meta: Method, seed, number of random seeds, definitions.
+        speculation: What ``distprompt simulate`` measured for this suite, when it was run
+            into the suite's folder: ``verdict`` (one line) and ``rows`` (the corpus mix's
+            figures per drafter), from ``simulate.json``; empty until then.
 
     Example:
         >>> suite = build_suite("data_samples/prepared", tokenizer=tok)  # doctest: +SKIP
@@ -88,6 +91,7 @@ class Report:
     curves: dict[str, dict[str, Any]] = field(default_factory=dict)
     projection: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
+    speculation: dict[str, Any] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return f"Report({self.summary!r})"
@@ -103,6 +107,7 @@ class Report:
             "examples": self.examples,
             "curves": self.curves,
             "projection": self.projection,
+            "speculation": self.speculation,
         }
 
     @classmethod
@@ -116,6 +121,7 @@ class Report:
             curves=dict(d.get("curves", {})),
             projection=dict(d.get("projection", {})),
             meta=dict(d.get("meta", {})),
+            speculation=dict(d.get("speculation") or {}),
         )
 
     def to_json(self) -> bytes:

@@ -17,6 +17,7 @@ counts kept during the pass (``4 × drafters`` int32 a row).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from array import array
@@ -34,9 +35,16 @@ if TYPE_CHECKING:
     from distprompt.records import SuiteItem
     from distprompt.write.suite import Suite
 
-logger = logging.getLogger("distprompt.evaluate.simulate")
+logger = logging.getLogger("distprompt.evaluate.simulation")
 
-__all__ = ["FIGURES", "MIX", "Simulation", "SimulationRow", "simulate_suite"]
+__all__ = [
+    "FIGURES",
+    "MIX",
+    "Simulation",
+    "SimulationRow",
+    "simulate_suite",
+    "speculation_verdict",
+]
 
 #: Figure name -> (numerator, denominator) columns of the per-row counts.
 FIGURES: dict[str, tuple[int, int]] = {"tokens_per_step": (0, 1), "acceptance_rate": (3, 2)}
@@ -281,7 +289,6 @@ class _Corpus:
         where = {(it.provenance.shard, it.provenance.line): i for i, it in enumerate(items)}
         per_source: dict[str, array[int]] = {}
         at_items: dict[int, np.ndarray] = {}
-        width = len(drafters) * _COLS
         for source, shard, line, prompt, reply in _rows(data, glob=glob, progress=progress):
             row = _row(simulate_many(prompt, reply, drafters), drafters)
             per_source.setdefault(source, array("i")).extend(row)
@@ -300,7 +307,7 @@ class _Corpus:
             s: np.frombuffer(a, dtype=np.int32).reshape(-1, len(drafters), _COLS).astype(np.int64)
             for s, a in sorted(per_source.items())
         }
-        if width and not counts:
+        if not counts:
             raise InputError("DATA: expected rows, found none; pass the suite's corpus")
         return cls(counts=counts, at_items=at_items)
 
@@ -342,11 +349,11 @@ def _item_counts(
     out = np.zeros((len(items), len(drafters), _COLS), dtype=np.int64)
     lacking = []
     for i, it in enumerate(items):
-        if it.response_ids is not None:
+        if corpus is not None and i in corpus.at_items:
+            out[i] = corpus.at_items[i]  # simulated in the pass: the same prompt and reply
+        elif it.response_ids is not None:
             counts = simulate_many(np.array(it.prompt_ids), np.array(it.response_ids), drafters)
             out[i] = np.array(_row(counts, drafters)).reshape(-1, _COLS)
-        elif corpus is not None and i in corpus.at_items:
-            out[i] = corpus.at_items[i]
         else:
             lacking.append(it)
     if lacking and corpus is None:
@@ -533,3 +540,41 @@ def _save(sim: Simulation, out: Path) -> None:
     atomic_write_bytes(
         out / MD_NAME, ("# Simulated speculative decoding\n\n" + sim.table() + "\n").encode()
     )
+    _into_report(sim, out)
+
+
+def speculation_verdict(sim: Simulation) -> str:
+    """One line: how the suite's corpus-mix estimates compare with random samples of its size."""
+    mix = [r for r in sim.rows if r.scope == MIX]
+    judged = [r for r in mix if r.random_better is not None]
+    if not judged:
+        return (
+            "Simulated speculation (model-free drafters): the suite's estimates only; run "
+            "`distprompt simulate SUITE --data DATA` to compare them with the whole corpus."
+        )
+    worst = max(judged, key=lambda r: (r.random_better or 0.0, r.drafter, r.figure))
+    beaten = 1.0 - (worst.random_better or 0.0)
+    return (
+        f"Simulated speculation (model-free drafters, corpus mix): the suite's estimate is closer "
+        f"to the whole corpus than {100 * beaten:.0f}% or more of {sim.random_samples} uniform "
+        f"random samples of its size in each of {len(judged)} figures (worst: {worst.drafter} "
+        f"{worst.figure})."
+    )
+
+
+def _into_report(sim: Simulation, out: Path) -> None:
+    """Put the verdict and the corpus mix's rows into the suite's report (when ``out`` holds
+    one), and render it again: the report shows speculation beside coverage and lengths."""
+    from distprompt.write.report import REPORT_JSON, Report
+
+    if not (out / REPORT_JSON).is_file():
+        return
+    report = dataclasses.replace(
+        Report.load(out),
+        speculation={
+            "verdict": speculation_verdict(sim),
+            "random_samples": sim.random_samples,
+            "rows": [r.to_dict() for r in sim.rows if r.scope == MIX],
+        },
+    )
+    report.write(out)
