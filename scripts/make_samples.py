@@ -123,7 +123,9 @@ class Encoder:
     def _count(self, what: str) -> None:
         self.adjusted[what] = self.adjusted.get(what, 0) + 1
 
-    def _end_of_turn(self) -> int:
+    def _end_of_turn(self) -> int | None:
+        """The token a template writes after an assistant turn; None when it writes nothing
+        there (a GLM-like template: the next role marker ends the turn)."""
         probe = "Zqx probe reply."
         text = self.tok.apply_chat_template(
             [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": probe}],
@@ -134,9 +136,7 @@ class Encoder:
         for tid, (a, _b) in zip(enc["input_ids"], enc["offset_mapping"], strict=True):
             if a >= end:
                 return int(tid)
-        sys.exit(
-            "the chat template writes nothing after an assistant turn: cannot find where turns end"
-        )
+        return None
 
     def _generation_prompt(self) -> str:
         user = [{"role": "user", "content": "Hi"}]
@@ -183,10 +183,15 @@ class Encoder:
                 self._count("later assistant turns left unmasked: they break the prefix property")
                 continue
             start = len(pre)
-            try:
-                end = full.index(self.end_of_turn, start) + 1  # content + end-of-turn token
-            except ValueError:
-                end = len(full)
+            if self.end_of_turn is None:
+                # No end-of-turn token: the turn ends where the conversation up to it ends.
+                upto = self.ids(msgs[: k + 1], tools, gen=False)
+                end = len(upto) if full[: len(upto)] == upto else len(full)
+            else:
+                try:
+                    end = full.index(self.end_of_turn, start) + 1  # content + end-of-turn token
+                except ValueError:
+                    end = len(full)
             for j in range(start, end):
                 mask[j] = 1
             if k == train_k:
@@ -378,7 +383,7 @@ def write_readme(out: Path, summary, *, enc: Encoder, tokenizer: str):
         TOKENIZERS[tokenizer][2] if tokenizer in TOKENIZERS else f"the tokenizer in `{tokenizer}`."
     )
     flag = "" if tokenizer == "qwen3" else f" --tokenizer {tokenizer}"
-    eot = enc.tok.decode([enc.end_of_turn])
+    eot = "nothing" if enc.end_of_turn is None else enc.tok.decode([enc.end_of_turn])
     gen = enc.gen_prompt.replace("\n", "\\n")
     lines = [
         "# data_samples — bundled synthetic sample corpus",
