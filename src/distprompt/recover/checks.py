@@ -537,7 +537,8 @@ def run_checks(
     seed: int = 0,
     round_trip_sample: int = ROUND_TRIP_SAMPLE,
 ) -> tuple[TokenizerFigures, dict[str, tuple[int, int, str | None]]]:
-    """Judge the tokenizer on a finished pass (``part``, scanned with ``checks``).
+    """Judge the tokenizer on a finished pass (``part``, scanned with ``checks``; the rows
+    its marker check held apart are settled first, :func:`settle_rows`).
 
     The round trip decodes and re-encodes the first ``round_trip_sample`` candidates of each
     source's pool (a uniform sample of its unique prompts, kept by the pass anyway), so no
@@ -549,6 +550,7 @@ def run_checks(
         The :class:`TokenizerFigures` and the round trips per source
         (``(ok, sampled, first failing shard:line)``).
     """
+    settle_rows(part)  # when the caller has not (the pipeline does, before its quotas)
     # the rows checked: those held apart by the marker check count, whatever they became
     total_rows = sum(_marker_rows(part)[1].values())
     from distprompt.read.scan import sampled_prompts
