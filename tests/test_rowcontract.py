@@ -23,8 +23,11 @@ import json
 import math
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
+import orjson
+import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -215,3 +218,93 @@ def test_the_writer_spells_what_json_reads() -> None:
     plain = Style(",", ":", "", "all", False, "plain")
     assert write([1e-7, "/a"], plain) == '[0.0000001,"\\u002f\\u0061"]'
     assert write([1e-7, "/"], Style(",", ":", "", "plain", True, "upper")) == '[1.000000E-07,"\\/"]'
+
+
+# --------------------------------------------------------------------------------------------
+# the same verdicts wherever the pass runs: one process, worker processes, byte ranges, URLs
+# (and Ray, tests/test_engine.py), plain and compressed
+# --------------------------------------------------------------------------------------------
+
+
+def contract_corpus(root: Path, tokenizer: Any) -> tuple[Path, dict[str, int]]:
+    """Two sources over a plain and a zstd shard, with rows that break the contract quietly
+    and rows that fail the marker check; returns the folder and the skips expected."""
+    from factories import chat_rows
+
+    rows = chat_rows(tokenizer, "chat", 40) + chat_rows(tokenizer, "code", 20)
+    lines = [orjson.dumps(r) for r in rows]
+    sum_off = dict(rows[3], n_response_tokens=rows[3]["n_response_tokens"] + 1)
+    flagged = dict(rows[5], input_ids=[*rows[5]["input_ids"][:-1], True], x=1e-7)
+    cut = dict(rows[7], n_prompt_tokens=2, n_response_tokens=rows[7]["seq_len"] - 2)
+    one = {"input_ids": [9], "loss_mask": [0], "seq_len": 1, "n_prompt_tokens": 1,
+           "n_response_tokens": 0, "source": "code"}  # fmt: skip
+    lines[3] = orjson.dumps(sum_off)
+    lines[5] = orjson.dumps(flagged).replace(b"1e-7", b"0.0000001")
+    lines[7] = orjson.dumps(cut)  # the generation prompt cut off: a row problem
+    lines.insert(50, orjson.dumps(one))  # the start marker missing: a row problem
+    data = root / "data"
+    write_lines(data / "a.jsonl", lines[:30])
+    write_lines(data / "b.jsonl.zst", lines[30:])
+    expected = {
+        "length_sum_mismatch": 1,
+        "bad_input_ids": 1,
+        "generation_prompt_missing": 1,
+        "template_start_missing": 1,
+    }
+    return data, expected
+
+
+def write_lines(path: Path, lines: list[bytes]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = b"\n".join(lines) + b"\n"
+    if path.name.endswith(".zst"):
+        text = zstandard.ZstdCompressor().compress(text)
+    path.write_bytes(text)
+
+
+def partial_view(part: Any) -> Any:
+    """What a pass's partial says, held rows included, in comparable form."""
+    if part is None:
+        return None
+    pools = {
+        s: [(c.key, c.provenance, c.count) for c in p.candidates()] for s, p in part.pools.items()
+    }
+    return (part.stats, pools, part.tally, part.shard_rows, part.settled, partial_view(part.held))
+
+
+def test_every_way_of_running_the_pass_gives_the_same_verdicts(
+    tmp_path: Path, qwen_tokenizer: Any
+) -> None:
+    from distprompt.read.scan import scan
+    from distprompt.read.shards import discover_shards
+    from distprompt.recover.checks import prepare_checks, settle_rows
+
+    data, expected = contract_corpus(tmp_path, qwen_tokenizer)
+    shards = discover_shards(data)
+    checks = prepare_checks(qwen_tokenizer, len(qwen_tokenizer))
+    kw: dict[str, Any] = {
+        "max_candidates": 8,
+        "on_error": "skip",
+        "vocab_size": checks.vocab_size,
+        "check": checks.row_check,
+    }
+    parts = [
+        scan(shards, **kw),
+        scan(shards, workers=2, **kw),
+        scan(shards, workers=2, unit_bytes=2048, **kw),  # the plain shard in byte ranges
+        scan(discover_shards(data.as_uri()), **kw),  # as URLs, read through fsspec
+    ]
+    views = [partial_view(p) for p in parts]
+    assert all(v == views[0] for v in views[1:])
+    for part in parts:
+        assert part.held is not None and sum(st_.rows for st_ in part.held.stats.values()) == 2
+        settle_rows(part)
+        assert part.settled == "set_aside"
+        assert dict(part.tally.skipped) == expected
+        assert sum(st_.rows for st_ in part.stats.values()) == 61 - 4
+    assert parts[0].tally.first_skip == {
+        "bad_input_ids": "a.jsonl:6",
+        "generation_prompt_missing": "a.jsonl:8",
+        "length_sum_mismatch": "a.jsonl:4",
+        "template_start_missing": "b.jsonl.zst:21",
+    }
