@@ -287,18 +287,12 @@ def test_the_row_contract_and_held_rows_on_ray_match_local(
 ) -> None:
     """Quiet breaks of the row contract and rows that fail the marker check, read in Ray tasks
     (byte ranges too): the partial, its held rows and their settling are the local ones."""
-    from distprompt.recover.checks import prepare_checks, settle_rows
-    from test_rowcontract import contract_corpus, partial_view
+    from distprompt.recover.checks import settle_rows
+    from test_rowcontract import contract_corpus, partial_view, scan_options
 
     data, expected = contract_corpus(tmp_path, qwen_tokenizer)
     shards = discover_shards(data)
-    checks = prepare_checks(qwen_tokenizer, len(qwen_tokenizer))
-    kw: dict[str, Any] = {
-        "max_candidates": 8,
-        "on_error": "skip",
-        "vocab_size": checks.vocab_size,
-        "check": checks.row_check,
-    }
+    kw = scan_options(qwen_tokenizer)
     local = scan(shards, **kw)
     on_ray = scan(shards, engine="ray", unit_bytes=2048, **kw)
     assert partial_view(on_ray) == partial_view(local)

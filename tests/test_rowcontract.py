@@ -262,6 +262,19 @@ def write_lines(path: Path, lines: list[bytes]) -> None:
     path.write_bytes(text)
 
 
+def scan_options(tokenizer: Any) -> dict[str, Any]:
+    """``scan``'s options for :func:`contract_corpus`: skipping, with the tokenizer's checks."""
+    from distprompt.recover.checks import prepare_checks
+
+    checks = prepare_checks(tokenizer, len(tokenizer))
+    return {
+        "max_candidates": 8,
+        "on_error": "skip",
+        "vocab_size": checks.vocab_size,
+        "check": checks.row_check,
+    }
+
+
 def partial_view(part: Any) -> Any:
     """What a pass's partial says, held rows included, in comparable form."""
     if part is None:
@@ -277,17 +290,11 @@ def test_every_way_of_running_the_pass_gives_the_same_verdicts(
 ) -> None:
     from distprompt.read.scan import scan
     from distprompt.read.shards import discover_shards
-    from distprompt.recover.checks import prepare_checks, settle_rows
+    from distprompt.recover.checks import settle_rows
 
     data, expected = contract_corpus(tmp_path, qwen_tokenizer)
     shards = discover_shards(data)
-    checks = prepare_checks(qwen_tokenizer, len(qwen_tokenizer))
-    kw: dict[str, Any] = {
-        "max_candidates": 8,
-        "on_error": "skip",
-        "vocab_size": checks.vocab_size,
-        "check": checks.row_check,
-    }
+    kw = scan_options(qwen_tokenizer)
     parts = [
         scan(shards, **kw),
         scan(shards, workers=2, **kw),
