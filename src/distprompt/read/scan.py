@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -432,7 +432,7 @@ class Partial:
     # until the tokenizer verdict says what they are: a wrong tokenizer's evidence, given back
     # (:meth:`readmit`), or bad rows (:meth:`set_aside`).
     held: Partial | None = None
-    settled: str = ""  # "readmitted" or "set_aside" once settled; ``held`` stays as a record
+    settled: Literal["", "readmitted", "set_aside"] = ""  # once settled; ``held`` stays
 
     def merge(self, other: Partial) -> Partial:
         for src, st in other.stats.items():
