@@ -306,3 +306,95 @@ def test_a_refusal_beside_selection_in_a_thread_drops_the_sources_not_started(
     finally:
         gate.set()
     assert 1 <= len(started) <= pipeline._SELECT_THREADS < 3
+
+
+# --------------------------------------------------------------------------------------------
+# a row that fails a per-row template check is the row's problem; the verdict is the corpus's
+# --------------------------------------------------------------------------------------------
+
+
+def _with_bad_rows(folder: Path, rows: list[dict[str, Any]], bad: list[dict[str, Any]]) -> Path:
+    write_shard(folder / "d" / "s.jsonl", [*rows[:5], *bad, *rows[5:]])
+    return folder / "d"
+
+
+@pytest.fixture(scope="module")
+def chat12(qwen_tokenizer: Any) -> list[dict[str, Any]]:
+    return chat_rows(qwen_tokenizer, "chat", 12)
+
+
+def test_a_row_without_the_markers_is_a_bad_row_not_a_wrong_tokenizer(
+    tmp_path: Path, chat12: list[dict[str, Any]], qwen_dir: Path, capsys: Any
+) -> None:
+    r = chat12[0]
+    cut = dict(r, n_prompt_tokens=2, n_response_tokens=r["seq_len"] - 2)  # no generation prompt
+    one = dict(r, input_ids=[9], loss_mask=[0], seq_len=1, n_prompt_tokens=1, n_response_tokens=0)
+    data = _with_bad_rows(tmp_path, chat12, [cut, one])
+    # skipping: the two rows are skipped and counted, the tokenizer passes
+    suite = build_suite(data, tokenizer=qwen_dir, per_source=4, on_error="skip")
+    counts = suite.manifest["counts"]
+    assert counts["rows"] == 12 and suite.manifest["corpus"]["shards"][0]["rows"] == 12
+    assert counts["skipped"] == {"generation_prompt_missing": 1, "template_start_missing": 1}
+    assert counts["first_skipped"] == {
+        "generation_prompt_missing": "s.jsonl:6",
+        "template_start_missing": "s.jsonl:7",
+    }
+    check = suite.manifest["tokenizer_check"]
+    assert check["passed"] is True and check["mismatch"] is None
+    markers = check["checks"]["template_markers"]
+    assert (markers["passed"], markers["failed"], markers["checked"]) == (True, 2, 14)
+    assert "too few to blame the tokenizer" in markers["detail"]
+    assert all(it.provenance.line not in (6, 7) for it in suite)
+    # raising: refused, as the row's problem, with its shard:line
+    with pytest.raises(DataError) as ei:
+        build_suite(data, tokenizer=qwen_dir, per_source=4)
+    assert (ei.value.shard, ei.value.line, ei.value.reason) == (
+        "s.jsonl",
+        6,
+        "generation_prompt_missing",
+    )
+    msg = str(ei.value)
+    assert "a problem of this row, not of the tokenizer (2 of 14 rows" in msg
+    assert "does not match" not in msg and "--on-error skip" in msg
+    code, err = _export(data, qwen_dir, tmp_path / "out", capsys=capsys)
+    assert code == 2 and err.startswith("error: s.jsonl:6: expected the prompt")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("n_other", [2, 4])
+def test_the_tokenizer_verdict_is_by_source(
+    tmp_path: Path,
+    chat12: list[dict[str, Any]],
+    deepseek_tokenizer: Any,
+    qwen_dir: Path,
+    n_other: int,
+) -> None:
+    # A source of DeepSeek-V3 rows among Qwen3 ones: from three rows on, more than half of a
+    # source failing blames the tokenizer; two are bad rows.
+    other = chat_rows(deepseek_tokenizer, "other", n_other)
+    data = _with_bad_rows(tmp_path, chat12, other)
+    info = inspect_corpus(data, tokenizer=qwen_dir)
+    assert info.tokenizer is not None
+    markers = {c.name: c for c in info.tokenizer.checks}["template_markers"]
+    assert markers.failed == n_other and markers.by_source == {"other": n_other}
+    assert f"other: {n_other} of {n_other}, 100%" in markers.detail
+    if n_other == 2:
+        assert markers.passed is True and info.mismatch is None
+        assert info.anomalies["template_start_missing"].skipped
+        suite = build_suite(data, tokenizer=qwen_dir, per_source=4, on_error="skip")
+        assert suite.manifest["counts"]["skipped"] == {"template_start_missing": 2}
+        assert set(suite.manifest["sources"]) == {"chat"}
+        return
+    assert markers.passed is False and info.mismatch is not None
+    assert "template_markers check failed" in info.mismatch and "other: 4 of 4" in info.mismatch
+    assert "template_start_missing" not in info.anomalies or not (
+        info.anomalies["template_start_missing"].skipped
+    )
+    assert info.sources["other"].rows == n_other  # the corpus's rows: counted as such
+    with pytest.raises(TokenizerError):
+        build_suite(data, tokenizer=qwen_dir, per_source=4, on_error="skip")
+    suite = build_suite(
+        data, tokenizer=qwen_dir, per_source=4, on_error="skip", check_tokenizer=False
+    )
+    assert suite.manifest["counts"]["rows"] == 12 + n_other
+    assert suite.manifest["counts"]["skipped"] == {}

@@ -282,6 +282,26 @@ def test_a_failing_byte_range_leaves_out_its_rows_only(
         assert not start <= c.provenance.offset < end
 
 
+def test_the_row_contract_and_held_rows_on_ray_match_local(
+    ray_cluster: None, tmp_path: Path, qwen_tokenizer: Any
+) -> None:
+    """Quiet breaks of the row contract and rows that fail the marker check, read in Ray tasks
+    (byte ranges too): the partial, its held rows and their settling are the local ones."""
+    from distprompt.recover.checks import settle_rows
+    from test_rowcontract import contract_corpus, partial_view, scan_options
+
+    data, expected = contract_corpus(tmp_path, qwen_tokenizer)
+    shards = discover_shards(data)
+    kw = scan_options(qwen_tokenizer)
+    local = scan(shards, **kw)
+    on_ray = scan(shards, engine="ray", unit_bytes=2048, **kw)
+    assert partial_view(on_ray) == partial_view(local)
+    for part in (local, on_ray):
+        settle_rows(part)
+        assert dict(part.tally.skipped) == expected
+    assert (local.tally, local.stats) == (on_ray.tally, on_ray.stats)
+
+
 def test_ray_map_keeps_the_order_and_reports_each_task(ray_cluster: None) -> None:
     from distprompt.read.engine import ray_map
 

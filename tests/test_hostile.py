@@ -308,20 +308,23 @@ def test_blank_lines_crlf_and_bom(tmp_path: Path, export: Callable[..., Run]) ->
     assert run.manifest["counts"]["skipped"] == {}
 
 
-@pytest.mark.slow  # an export with report (~5-7 s)
-def test_length_sum_mismatch_is_an_anomaly_not_an_error(
-    tmp_path: Path, export: Callable[..., Run]
-) -> None:
+@pytest.mark.slow  # two exports with report (~5-7 s each)
+def test_length_sum_mismatch_is_a_bad_row(tmp_path: Path, export: Callable[..., Run]) -> None:
     data = tmp_path / "data"
     data.mkdir()
     odd = make_row(5)
-    odd["n_response_tokens"] += 3  # n_prompt + n_response != seq_len
+    odd["n_response_tokens"] += 3  # n_prompt + n_response != seq_len: where does the prompt end?
     (data / "s.jsonl").write_bytes(lines_of([*[make_row(i) for i in range(4)], odd]))
     run = export(data)
+    assert run.code == 2 and run.err.startswith("error: s.jsonl:5: expected n_prompt_tokens + ")
+    assert not (tmp_path / "out").exists()
+    run = export(data, "--on-error", "skip")
     assert run.code == 0, run.err
-    assert run.manifest["counts"]["rows"] == 5
-    assert run.manifest["counts"]["anomalies"] == {"length_sum_mismatch": 1}
-    assert run.manifest["counts"]["skipped"] == {}
+    assert run.manifest["counts"]["rows"] == 4
+    assert run.manifest["counts"]["anomalies"] == {}
+    assert run.manifest["counts"]["skipped"] == {"length_sum_mismatch": 1}
+    assert run.manifest["counts"]["first_skipped"] == {"length_sum_mismatch": "s.jsonl:5"}
+    assert "length_sum_mismatch: 1 (first at s.jsonl:5)" in run.err
 
 
 # --------------------------------------------------------------------------------------------

@@ -90,6 +90,25 @@ ROW_CASES: list[tuple[str, bytes, str, str]] = [
         "bad_input_ids",
         "found bool True",
     ),
+    # a float without exponent among extra keys: its re-serialization (1e-07) has an "e" the
+    # line does not, which once hid the "e" of the boolean from the cheap check
+    *[
+        (
+            f"{k}_{str(flag).lower()}_beside_plain_float",
+            with_changes(**{k: [*v[:-1], flag]}, x=1e-7).replace(b"1e-07", b"0.0000001"),
+            f"bad_{k}" if k == "input_ids" else "bad_loss_mask",
+            "bool",
+        )
+        for k, v in (("input_ids", IDS), ("loss_mask", MASK))
+        for flag in (True, False)
+    ],
+    (
+        "ids_bool_beside_plain_float_tiny",
+        b'{"input_ids":[1,true],"loss_mask":[0,1],"seq_len":2,"n_prompt_tokens":1,'
+        b'"n_response_tokens":1,"source":"s","x":0.0000001}',
+        "bad_input_ids",
+        "found bool True",
+    ),
     ("ids_nested", with_changes(input_ids=[[i] for i in IDS]), "bad_input_ids", "found list"),
     ("ids_ragged", with_changes(input_ids=[[1, 2], *IDS[1:]]), "bad_input_ids", "found list"),
     ("ids_null_inside", with_changes(input_ids=[*IDS[:-1], None]), "bad_input_ids", "NoneType"),
@@ -124,6 +143,28 @@ ROW_CASES: list[tuple[str, bytes, str, str]] = [
     ("n_prompt_float", with_changes(n_prompt_tokens=3.0), "bad_n_prompt_tokens", "float"),
     ("n_response_negative", with_changes(n_response_tokens=-1), "bad_n_response_tokens", "-1"),
     ("n_response_null", with_changes(n_response_tokens=None), "bad_n_response_tokens", "None"),
+    # n_prompt + n_response == seq_len: else where the prompt ends is in doubt
+    *[
+        (
+            f"length_sum_{name}",
+            with_changes(n_response_tokens=resp),
+            "length_sum_mismatch",
+            f"found {P} + {resp} = {P + resp}",
+        )
+        for name, resp in (("plus_one", N - P + 1), ("minus_one", N - P - 1), ("seq_len", N))
+    ],
+    (
+        "length_sum_prompt_shifted",
+        with_changes(n_prompt_tokens=P - 1),
+        "length_sum_mismatch",
+        f"found {P - 1} + {N - P}",
+    ),
+    (
+        "length_sum_tiny",
+        _tiny().replace(b'"n_response_tokens":0', b'"n_response_tokens":1'),
+        "length_sum_mismatch",
+        "== seq_len (1), found 1 + 1 = 2",
+    ),
     # source
     ("source_empty", with_changes(source=""), "bad_source", "non-empty string"),
     ("source_blank", with_changes(source="   "), "bad_source", "non-empty string"),
@@ -155,12 +196,6 @@ GOOD_ROWS: list[tuple[str, bytes, tuple[str, list[int], list[int], int, int]]] =
         "ids_up_to_int64",
         with_changes(input_ids=[*IDS[:-1], 2**63 - 1]),
         ("chat", [*IDS[:-1], 2**63 - 1], MASK, P, N - P),
-    ),
-    # n_prompt + n_response != seq_len: an anomaly the reader counts, not a bad row
-    (
-        "length_sum_mismatch",
-        with_changes(n_response_tokens=N - P + 3),
-        ("chat", IDS, MASK, P, N - P + 3),
     ),
     ("all_prompt", with_changes(n_prompt_tokens=N, n_response_tokens=0), ("chat", IDS, MASK, N, 0)),
     (

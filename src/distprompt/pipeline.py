@@ -60,7 +60,9 @@ from distprompt.recover.checks import (
     Checks,
     TokenizerFigures,
     prepare_checks,
+    row_problem,
     run_checks,
+    settle_rows,
     show_ids,
 )
 from distprompt.recover.decode import TokenizerInfo, decode, load_tokenizer
@@ -223,6 +225,9 @@ def build_suite(
                 "tokenizer check failed, the suite is written anyway (--no-tokenizer-check): "
                 + "; ".join(verdict.mismatch.splitlines())
             )
+        problem = row_problem(verdict, part) if config.on_error == "raise" else None
+        if problem is not None:
+            raise problem  # a row failed a per-row template check: the row's problem
         if part.tally.skipped:
             total_skipped = sum(part.tally.skipped.values())
             detail = ", ".join(
@@ -612,6 +617,9 @@ def _run_pass(
             part = one_pass(checks, None)
     for shard_name, why in sorted(part.failed.items()):
         say(f"{shard_name}: {left_out}: {why}")
+    # The rows the marker check held apart: the corpus's when the tokenizer is evidently not
+    # its own, else bad rows (before any quota is made from the figures).
+    settle_rows(part)
     run = _Pass(tok, tinfo, found, part, None, {}, checks)
     return _judged(run, config, round_trip_sample) if judge else run
 

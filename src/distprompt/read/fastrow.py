@@ -14,7 +14,8 @@ two arrays as bytes, without building a number or a list for them:
   digits than the limit are below it, longer ones are not, and only numbers of the limit's
   length are compared;
 - the rest of the line (the *skeleton*: the line with both array bodies cut out) is parsed with
-  orjson and checked field by field, duplicate keys included.
+  orjson and checked field by field, duplicate keys included, and
+  ``n_prompt_tokens + n_response_tokens == seq_len`` (so ``n_response_tokens >= 0``).
 
 Cutting out a body of digits and commas changes no string and no nesting of the line, so the
 skeleton is valid JSON exactly when the line is, with the same keys; the key ``"input_ids"``
@@ -273,7 +274,7 @@ def _short(raw: bytes, shard: str, line: int, offset: int) -> ListView | None:
         or type(n_prompt) is not int
         or type(n_resp) is not int
         or not 0 < n_prompt <= seq_len
-        or n_resp < 0
+        or n_resp != seq_len - n_prompt
         or len(ids) != seq_len
         or len(mask) != seq_len
     ):
@@ -561,7 +562,7 @@ def _fast(raw: bytes, shard: str, line: int, offset: int, id_limit: int | None) 
         or type(n_prompt) is not int
         or type(n_resp) is not int
         or not 0 < n_prompt <= seq_len
-        or n_resp < 0
+        or n_resp != seq_len - n_prompt
     ):
         return None
     # input_ids: digits and commas only (or digits and ", ", as json.dumps writes), seq_len

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -522,6 +522,11 @@ class Partial:
     # per source, the REPLY_SAMPLE smallest keys seen by this unit's reader (negated: a max
     # heap) and the same as a set; not merged (cleared before a unit's partial is returned)
     ref: dict[str, tuple[list[int], set[int]]] = field(default_factory=dict)
+    # The rows the per-row check (scan's ``check``) failed, read into a partial of their own
+    # until the tokenizer verdict says what they are: a wrong tokenizer's evidence, given back
+    # (:meth:`readmit`), or bad rows (:meth:`set_aside`).
+    held: Partial | None = None
+    settled: Literal["", "readmitted", "set_aside"] = ""  # once settled; ``held`` stays
 
     def merge(self, other: Partial) -> Partial:
         for src, st in other.stats.items():
@@ -534,7 +539,40 @@ class Partial:
         for name, n in other.shard_rows.items():
             self.shard_rows[name] = self.shard_rows.get(name, 0) + n
         self.failed.update(other.failed)
+        if other.held is not None:
+            self.hold().merge(other.held)
         return self
+
+    def hold(self) -> Partial:
+        """The partial of the rows set aside by the per-row check (made on first use)."""
+        if self.held is None:
+            self.held = Partial(k=self.k, tally=Tally(on_error="skip"), sample=self.sample)
+        return self.held
+
+    def readmit(self) -> None:
+        """The held rows are the corpus's (the tokenizer does not match it): merged in with
+        their flags, as if they had never been held (``held`` stays, as a record)."""
+        held = self.held
+        if held is None or self.settled:
+            return
+        self.settled = "readmitted"
+        counts = held.tally
+        # their flags only: they are rows of the corpus, not skipped ones
+        held.tally = Tally(anomalies=counts.anomalies, first_anomaly=counts.first_anomaly)
+        try:
+            self.merge(held)
+        finally:
+            held.tally = counts
+
+    def set_aside(self) -> None:
+        """The held rows are bad rows (the tokenizer matches the corpus): counted as skipped
+        under their first failed check (``held`` stays, as a record)."""
+        held = self.held
+        if held is None or self.settled:
+            return
+        self.settled = "set_aside"
+        t = held.tally
+        self.tally.merge(Tally(skipped=t.skipped.copy(), first_skip=dict(t.first_skip)))
 
     def rebase(self, shard: str, base: int) -> None:
         """Add ``base`` to every line number of ``shard`` held here (a unit's partial, whose
@@ -544,6 +582,8 @@ class Partial:
         for top in self.heavy.values():
             top.rebase(shard, base)
         self.tally.rebase(shard, base)
+        if self.held is not None:
+            self.held.rebase(shard, base)
 
 
 @dataclass(frozen=True, slots=True)
@@ -613,9 +653,11 @@ def scan_unit(
             (``id_out_of_vocab``), raised or skipped like any other.
         tokenizer_name: Named in the out-of-vocabulary message.
         on_row: Called with the row's line offset after each row (progress).
-        check: Called with each valid row; every reason it returns flags the row (counted in
-            ``anomalies`` with the first ``shard:line``, and per source in ``flags``). Must be
-            picklable when ``workers > 1``.
+        check: Called with each valid row; a row for which it returns reasons is held apart
+            (``Partial.held``: its figures and pools, each reason counted in its
+            ``anomalies`` and per source in ``flags``, the first reason as a skip) until the
+            caller settles it with :meth:`Partial.readmit` or :meth:`Partial.set_aside`.
+            Must be picklable when ``workers > 1``.
         max_line_bytes: Longer lines are bad rows (``line_too_long``), never held in memory.
         sample: Prompts held per source (the pool's first ``sample`` candidates, with their
             prompt ids; see :class:`BottomK`), for the tokenizer checks' round trip.
@@ -664,15 +706,26 @@ def scan_unit(
                     )
                 )
                 continue
-        _add_row(part, row, seed=seed, hold=hold)
-        if check is not None:
-            for reason in check(row):
-                _flag(part, row, reason)
-        n += 1
+        reasons = list(check(row)) if check is not None else None
+        if reasons:
+            # Whether this row is bad or the tokenizer wrong is for the verdict on the whole
+            # pass to say (Partial.readmit / set_aside): held apart until then.
+            held = part.hold()
+            _add_row(held, row, seed=seed, hold=hold)
+            for reason in reasons:
+                _flag(held, row, reason)
+            where = f"{row.provenance.shard}:{row.provenance.line}"
+            held.tally.skip(reasons[0], where)
+            held.shard_rows[shard.name] = held.shard_rows.get(shard.name, 0) + 1
+        else:
+            _add_row(part, row, seed=seed, hold=hold)
+            n += 1
         if on_row is not None:
             on_row(row.provenance.offset)
     part.shard_rows[shard.name] = n
     part.ref = {}
+    if part.held is not None:
+        part.held.ref = {}
     return UnitResult(part, lines[0])
 
 
@@ -695,8 +748,6 @@ def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> No
     n_first = end - start
     st.first_reply_tokens += n_first
     st.first_reply_lengths[n_first] += 1
-    if n_prompt + n_resp != row.seq_len:
-        _flag(part, row, "length_sum_mismatch")
     prompt = row.prompt_ids
     key = prompt_key(prompt, seed=seed)
     pool = part.pools[source]
@@ -1201,6 +1252,8 @@ def _normalize(part: Partial, shard_at: dict[str, int]) -> None:
         sorted(part.shard_rows.items(), key=lambda kv: (shard_at.get(kv[0], far), kv[0]))
     )
     part.failed = dict(sorted(part.failed.items()))
+    if part.held is not None:
+        _normalize(part.held, shard_at)
 
 
 def _unit_name(unit: Unit) -> str:

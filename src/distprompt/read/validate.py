@@ -4,9 +4,10 @@
 Checks: a JSON object with the six keys (each once: a duplicated schema key is a bad row, since
 JSON parsers silently keep the last value); integer fields that are integers (not booleans or
 floats); ``input_ids``/``loss_mask`` flat lists of integers of ``seq_len`` elements; ids ``>= 0``;
-mask values 0/1; ``0 < n_prompt_tokens <= seq_len``; ``n_response_tokens >= 0``; a non-empty
-string ``source``. Extra keys are allowed and ignored. The hot path stays cheap: full scans run
-only when a quick count says something is off.
+mask values 0/1; ``0 < n_prompt_tokens <= seq_len``; ``n_response_tokens >= 0``;
+``n_prompt_tokens + n_response_tokens == seq_len``; a non-empty string ``source``. Extra keys are
+allowed and ignored. The hot path stays cheap: full scans run only when a quick count says
+something is off. (Ids below the tokenizer's vocabulary are checked by the pass, which knows it.)
 """
 
 from __future__ import annotations
@@ -115,19 +116,24 @@ def _first_non_int(v: list[Any]) -> str:
     return _short(v)
 
 
-#: Quote and letter-e counts of the six keys written as JSON (``"input_ids"`` ...).
+#: Quote, ``u`` and ``l`` counts of the six keys written as JSON (``"input_ids"`` ...).
 _KEY_QUOTES = 2 * len(REQUIRED_KEYS)
-_KEY_ES = sum(k.count("e") for k in REQUIRED_KEYS)
+_KEY_US = sum(k.count("u") for k in REQUIRED_KEYS)
+_KEY_LS = sum(k.count("l") for k in REQUIRED_KEYS)
 _REQUIRED = frozenset(REQUIRED_KEYS)
 
 
 def _unexplained(raw: bytes, obj: dict[str, Any]) -> bool:
-    """Whether the raw line holds quotes or ``e`` letters the parsed row does not explain.
+    """Whether the raw line holds quotes, ``u`` or ``l`` letters the parsed row does not explain.
 
-    Cheap (two byte counts): a duplicated key adds quotes that the parsed dict dropped, and a
-    ``true``/``false`` among the ids adds ``e`` letters. Without ``\\u`` escapes, a line written
-    by any JSON writer has exactly the counts of the parsed row re-serialized, so a mismatch sends
-    the line to the exact (slow) checks and a match proves there is nothing to find.
+    Cheap (three byte counts): a duplicated key adds quotes that the parsed dict dropped, and a
+    ``true`` among the ids adds a ``u``, a ``false`` two ``l``. Those letters are written only
+    in strings and in the literals ``true``, ``false`` and ``null`` — never in a number, whose
+    spelling a writer may choose (``1e-07`` or ``0.0000001``: an ``e`` would prove nothing) —
+    and without ``\\u`` escapes a string is re-serialized with the same letters and quotes. So
+    a line written by any JSON writer has exactly the counts of the parsed row re-serialized;
+    a mismatch sends the line to the exact (slow) checks and a match proves there is nothing
+    to find.
     """
     if b"\\" in raw and b"\\u" in raw:
         return True
@@ -137,8 +143,11 @@ def _unexplained(raw: bytes, obj: dict[str, Any]) -> bool:
             aux += orjson.dumps({k: v for k, v in obj.items() if k not in _REQUIRED})
     except orjson.JSONEncodeError:  # nesting deeper than orjson writes
         return True
-    quotes_ok = _count(raw, b'"') == _KEY_QUOTES + aux.count(b'"')
-    return not quotes_ok or _count(raw, b"e") != _KEY_ES + aux.count(b"e")
+    return (
+        _count(raw, b'"') != _KEY_QUOTES + aux.count(b'"')
+        or _count(raw, b"u") != _KEY_US + aux.count(b"u")
+        or _count(raw, b"l") != _KEY_LS + aux.count(b"l")
+    )
 
 
 def _count(raw: bytes, byte: bytes) -> int:
@@ -291,6 +300,15 @@ def parse_row(raw: bytes | None, *, shard: str, line: int, offset: int) -> Row:
             "bad_n_response_tokens",
             f"expected n_response_tokens >= 0, found {n_resp}; fix the row or run with "
             "--on-error skip",
+        )
+    if n_prompt + n_resp != seq_len:
+        raise _bad(
+            shard,
+            line,
+            "length_sum_mismatch",
+            f"expected n_prompt_tokens + n_response_tokens == seq_len ({seq_len}), found "
+            f"{n_prompt} + {n_resp} = {n_prompt + n_resp}; one of the counts is wrong, so "
+            "where the prompt ends is in doubt — fix the row or run with --on-error skip",
         )
     return Row(
         source=source,

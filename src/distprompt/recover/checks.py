@@ -17,11 +17,17 @@ candidate pool the pass keeps anyway), so both commands give the same verdict an
   specific;
 * ``round_trip`` — decoded prompts of a uniform sample re-encode to the same ids.
 
-The marker check runs inside the corpus pass (:class:`RowCheck` flags each valid row); it fails
-when more than :data:`MISMATCH_SHARE` of the valid rows fail it. The round trip fails when fewer
-than :data:`MIN_ROUND_TRIP` of the sampled prompts re-encode exactly. The outcome is a
-:class:`Check` per check in the :class:`TokenizerFigures`; :attr:`TokenizerFigures.mismatch` is
-the message both commands raise.
+The marker check runs inside the corpus pass (:class:`RowCheck` checks each valid row, and the
+pass holds the rows that fail it apart). It is a verdict on the corpus, by source: it fails when
+more than :data:`MISMATCH_SHARE` of all checked rows fail, or of one source's checked rows with
+at least :data:`MIN_MISMATCH_ROWS` of them. Then the held rows are the corpus's, evidence that
+the tokenizer is not the data's, and are given back to the figures (:func:`settle_rows`);
+otherwise each is a problem of its own row, a bad row like any other: skipped and counted under
+its reason (``template_start_missing``, ``generation_prompt_missing``) with ``--on-error skip``,
+else refused with :func:`row_problem` (which says it is the row's, not the tokenizer's). The
+round trip fails when fewer than :data:`MIN_ROUND_TRIP` of the sampled prompts re-encode exactly.
+The outcome is a :class:`Check` per check in the :class:`TokenizerFigures`;
+:attr:`TokenizerFigures.mismatch` is the message both commands raise.
 """
 
 from __future__ import annotations
@@ -33,10 +39,11 @@ from typing import Any
 
 import numpy as np
 
-from distprompt.errors import TemplateError
+from distprompt.errors import DataError, TemplateError
 from distprompt.read.fastrow import RowView
 
 __all__ = [
+    "MIN_MISMATCH_ROWS",
     "MIN_ROUND_TRIP",
     "MISMATCH_SHARE",
     "ROUND_TRIP_SAMPLE",
@@ -46,13 +53,18 @@ __all__ = [
     "TokenizerFigures",
     "learn_markers",
     "prepare_checks",
+    "row_problem",
     "run_checks",
+    "settle_rows",
 ]
 
 logger = logging.getLogger("distprompt.recover.checks")
 
-#: The marker check fails when more than this share of the valid rows lack the markers.
-MISMATCH_SHARE = 0.01
+#: The marker check fails when more than this share of the checked rows lack the markers: of
+#: all of them, or of one source's (with at least :data:`MIN_MISMATCH_ROWS` failing).
+MISMATCH_SHARE = 0.5
+#: Fewer failing rows of a source are no evidence against the tokenizer: they are row problems.
+MIN_MISMATCH_ROWS = 3
 #: The round-trip check fails when fewer than this share of sampled prompts re-encode exactly.
 MIN_ROUND_TRIP = 0.5
 #: Prompts per source decoded and re-encoded by the round-trip check.
@@ -309,28 +321,95 @@ def _loc_key(where: str) -> tuple[str, int]:
     return shard, int(line) if line.isdigit() else 0
 
 
-def _rows_check(
-    name: str,
-    reasons: Sequence[str],
-    part: Any,
-    total_rows: int,
-    what: str,
-) -> Check:
-    by_source: dict[str, int] = {}
-    for src, st in part.stats.items():
-        n = max((st.flags.get(r, 0) for r in reasons), default=0)
-        if n:
-            by_source[src] = n
-    failed = max((part.tally.anomalies.get(r, 0) for r in reasons), default=0)
-    firsts = [part.tally.first_anomaly[r] for r in reasons if r in part.tally.first_anomaly]
+def _marker_rows(part: Any) -> tuple[dict[str, int], dict[str, int]]:
+    """``(failed, checked)`` rows of the marker check per source: the rows the pass held apart
+    (:attr:`~distprompt.read.scan.Partial.held`), and all rows read, readmitted or not."""
+    held = part.held
+    failed = {s: st.rows for s, st in held.stats.items()} if held is not None else {}
+    checked = {s: st.rows for s, st in part.stats.items()}
+    if held is not None and part.settled != "readmitted":
+        for s, n in failed.items():
+            checked[s] = checked.get(s, 0) + n
+    return failed, checked
+
+
+def _marker_verdict(failed: Mapping[str, int], checked: Mapping[str, int]) -> bool:
+    """Whether the rows failing the marker check are few enough to be row problems."""
+    total_failed, total = sum(failed.values()), sum(checked.values())
+    if total_failed > MISMATCH_SHARE * total:
+        return False
+    return not any(
+        n >= MIN_MISMATCH_ROWS and n > MISMATCH_SHARE * checked[s] for s, n in failed.items()
+    )
+
+
+def _rows_check(name: str, part: Any, what: str) -> Check:
+    failed_by, checked_by = _marker_rows(part)
+    total = sum(checked_by.values())
+    by_source = {s: n for s, n in sorted(failed_by.items()) if n}
+    failed = sum(by_source.values())
+    held = part.held
+    firsts = list(held.tally.first_anomaly.values()) if held is not None else []
     first = min(firsts, key=_loc_key) if firsts else None
-    passed = failed <= MISMATCH_SHARE * total_rows
+    passed = _marker_verdict(failed_by, checked_by)
     if failed:
-        srcs = ", ".join(f"{s}: {n}" for s, n in sorted(by_source.items()))
-        detail = f"{what} in {failed} of {total_rows} rows ({srcs}); first at {first}"
+        srcs = ", ".join(
+            f"{s}: {n} of {checked_by[s]}, {100.0 * n / checked_by[s]:.0f}%"
+            for s, n in by_source.items()
+        )
+        detail = f"{what} in {failed} of {total} rows ({srcs}); first at {first}"
+        if passed:
+            detail += (
+                "; too few to blame the tokenizer (it is blamed when more than half of all "
+                f"rows, or of a source's with at least {MIN_MISMATCH_ROWS}, fail): these are "
+                "bad rows"
+            )
     else:
-        detail = f"no {what} in {total_rows} rows"
-    return Check(name, passed, total_rows, failed, first, by_source, detail)
+        detail = f"no {what} in {total} rows"
+    return Check(name, passed, total, failed, first, by_source, detail)
+
+
+def settle_rows(part: Any) -> None:
+    """Settle the rows the pass held apart for failing the marker check: given back to the
+    corpus when the check fails (the tokenizer is not the data's; the verdict says so), else
+    bad rows, counted as skipped under their reason (:func:`row_problem` refuses them when
+    bad rows are not skipped).
+
+    Example:
+        >>> part = scan(shards, check=checks.row_check, ...)  # doctest: +SKIP
+        >>> settle_rows(part)  # doctest: +SKIP
+    """
+    if part.held is None or part.settled:
+        return
+    if _marker_verdict(*_marker_rows(part)):
+        part.set_aside()
+    else:
+        part.readmit()
+
+
+def row_problem(figures: TokenizerFigures, part: Any) -> DataError | None:
+    """The error for the first row set aside by the marker check (:func:`settle_rows`), when
+    the tokenizer matches the corpus: a problem of that row, said so; None when there is none.
+    """
+    held = part.held
+    if held is None or part.settled != "set_aside" or not held.tally.first_skip:
+        return None
+    reason, where = min(held.tally.first_skip.items(), key=lambda kv: _loc_key(kv[1]))
+    shard, _, line = where.rpartition(":")
+    rows, checked = sum(held.tally.skipped.values()), sum(_marker_rows(part)[1].values())
+    if reason == "template_start_missing":
+        expected = f"start with the chat template's start marker {figures.start_markers!r}"
+    else:
+        expected = f"contain the generation prompt {figures.generation_prompt!r}"
+    return DataError(
+        shard,
+        int(line),
+        reason,
+        f"expected the prompt (input_ids[:n_prompt_tokens]) to {expected}, found it does not; "
+        f"a problem of this row, not of the tokenizer ({rows} of {checked} rows fail the "
+        f"template checks, too few to blame tokenizer {figures.name!r}) — fix the row (is "
+        "n_prompt_tokens right?) or run with --on-error skip to skip such rows",
+    )
 
 
 def _vocab_check(part: Any, total_rows: int, vocab_size: int) -> Check:
@@ -363,7 +442,8 @@ def tokenizer_checks(
 ) -> tuple[Check, ...]:
     """The three checks, from the pass's counts (``part``) and the round trips per source.
 
-    ``total_rows`` counts the valid rows; ``start``/``gen`` are the learned markers
+    ``total_rows`` counts the rows the marker check saw (in the vocabulary, held apart by it
+    or not); ``start``/``gen`` are the learned markers
     (``template_note`` says why they could not be learned); ``round_trips`` holds
     :func:`count_round_trips` per source.
     """
@@ -386,14 +466,7 @@ def tokenizer_checks(
             parts.append(f"start marker {show_ids(tok, start)!r}")
         if gen:
             parts.append(f"generation prompt {show_ids(tok, gen)!r}")
-        reasons = []
-        if start:
-            reasons.append("template_start_missing")
-        if gen:
-            reasons.append("generation_prompt_missing")
-        markers = _rows_check(
-            "template_markers", reasons, part, total_rows, " or ".join(parts) + " missing"
-        )
+        markers = _rows_check("template_markers", part, " or ".join(parts) + " missing")
     ok = sum(r[0] for r in round_trips.values())
     n = sum(r[1] for r in round_trips.values())
     firsts = [r[2] for r in round_trips.values() if r[2]]
@@ -464,7 +537,8 @@ def run_checks(
     seed: int = 0,
     round_trip_sample: int = ROUND_TRIP_SAMPLE,
 ) -> tuple[TokenizerFigures, dict[str, tuple[int, int, str | None]]]:
-    """Judge the tokenizer on a finished pass (``part``, scanned with ``checks``).
+    """Judge the tokenizer on a finished pass (``part``, scanned with ``checks``; the rows
+    its marker check held apart are settled first, :func:`settle_rows`).
 
     The round trip decodes and re-encodes the first ``round_trip_sample`` candidates of each
     source's pool (a uniform sample of its unique prompts, kept by the pass anyway), so no
@@ -476,7 +550,9 @@ def run_checks(
         The :class:`TokenizerFigures` and the round trips per source
         (``(ok, sampled, first failing shard:line)``).
     """
-    total_rows = sum(st.rows for st in part.stats.values())
+    settle_rows(part)  # when the caller has not (the pipeline does, before its quotas)
+    # the rows checked: those held apart by the marker check count, whatever they became
+    total_rows = sum(_marker_rows(part)[1].values())
     from distprompt.read.scan import sampled_prompts
 
     round_trips: dict[str, tuple[int, int, str | None]] = {}
