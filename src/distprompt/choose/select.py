@@ -9,8 +9,9 @@ term), so the suite matches the distribution — lengths included — and still 
 
 A near-duplicate guard keeps two prompts whose TF-IDF cosine similarity is at least
 ``near_duplicate`` out of the same suite while a distinct candidate is left. Every candidate is
-then assigned to its nearest representative: that is the representative's cluster, and the
-cluster's share of the pool is its weight.
+then assigned to its nearest representative: that is the representative's cluster. Selection
+runs within each first-reply length stratum of a source's sampling design, which also sets the
+items' weights (:mod:`distprompt.choose.design`).
 """
 
 from __future__ import annotations

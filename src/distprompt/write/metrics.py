@@ -329,7 +329,7 @@ def measure_source(
     Args:
         candidates: The source's candidate pool.
         selected: Indices of the selected candidates.
-        weights: Item weight of each selected candidate (sums to 1).
+        weights: Item weight of each selected candidate, as shares (sums to 1).
         stats: The source's exact corpus statistics (length histograms; the output lengths
             are compared with its ``first_reply_lengths``).
         content: LSA content vectors of the candidates (None when every candidate is selected).
