@@ -44,7 +44,7 @@ from distprompt.choose.vectorize import (
 from distprompt.config import Config, OnError, resolve
 from distprompt.corpus import CorpusInfo, corpus_info
 from distprompt.errors import ConfigError, InputError, TokenizerError
-from distprompt.read.scan import BottomK, Partial, load_candidates, scan
+from distprompt.read.scan import REPLY_SAMPLE, BottomK, Partial, load_candidates, scan
 from distprompt.read.shards import ShardSet, find_shards
 from distprompt.read.spill import WindowStore
 from distprompt.records import (
@@ -861,6 +861,11 @@ def _select_source(
         return chosen, ev
     # Cut to the feature budget as they are read (a large pool's windows are read back from
     # the window store: 40 MB for the 4x benchmark corpus's SWE pool, 12 MB once cut).
+    # The reference sample: the pool's REPLY_SAMPLE smallest keys, whose replies the pass
+    # measured whatever the shards' split into units (others may have been measured too,
+    # depending on the split: left out, so the result does not depend on it).
+    ref_keys = {c.key for c in sorted(cands, key=lambda c: c.key)[:REPLY_SAMPLE]}
+    rest, taken = ([_in_ref(c, ref_keys) for c in part] for part in (rest, taken))
     # features of the take-all rows too (after the rest), for the report's coverage figures
     allc = rest + taken
     w = budget_width(sum(c.n_feature_ids for c in allc), len(allc), FEATURE_BUDGET)
@@ -936,6 +941,11 @@ def _select_source(
         max_output_tokens=config.max_output_tokens,
     )
     return chosen, ev
+
+
+def _in_ref(c: Candidate, ref_keys: set[int]) -> Candidate:
+    """``c``, without reply features unless it is in the reference sample."""
+    return c if c.reply is None or c.key in ref_keys else dataclasses.replace(c, reply=None)
 
 
 def _shares(w: Sequence[float]) -> list[float]:

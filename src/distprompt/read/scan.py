@@ -64,9 +64,9 @@ SAMPLE = 64
 #: unique prompts) get their first reply's content measured in the pass (:func:`reply_features`):
 #: the reference that selection calibrates weights to and herds among. Measuring every candidate
 #: would cost ~45 us a short row, more than half of what reading it costs; a running bottom-m
-#: measures about ``m (1 + ln(rows / m))`` rows of a source (2048: +25 % CPU for the whole
-#: export on the benchmark corpus; 512: see benchmarks/RESULTS.md).
-REPLY_SAMPLE = 512
+#: measures about ``m (1 + ln(rows / m))`` rows of a source and unit (on the benchmark corpus,
+#: one-worker export: 2048 +25 % CPU; 512 +10.5 % wall, 256 +7 %: benchmarks/RESULTS.md).
+REPLY_SAMPLE = 256
 #: Rows with the longest first replies kept per source, whatever their key (:class:`TopReplies`).
 HEAVY = 128
 
