@@ -36,13 +36,13 @@ VERSIONS = {
     "tokenizers": "0.23.3",
     "transformers": "5.24.0",
 }
-FULL_PROMPT_SUITE = "f16b3bbbbb90fafec68d4a6d0128638e0787ad52123f04f8e934cf3a023337cb"
-FULL_PROMPT_REPORT = "c80323cc66ded6f5eab22af3c6002499a0c5a2c9c27fda77187a44e0e8acc3d6"
-SUITE = "081192d7575b510596b12289e8cc2ae461c863113343447da7e4219dae7dbc22"
-MANIFEST = "7da0366b1bdf6ffb6a2f8ebe621529948c4847d7ec416d26d96899439745516a"
+FULL_PROMPT_SUITE = "6af4fe2b83a0f74cfccaa52c6793b9f669fb7b0668af748a80de8c1345120190"
+FULL_PROMPT_REPORT = "c72a551e732cfe2a843ad1b8c8513f0f55395b7fef2fd0ca4c3d188cd44b8284"
+SUITE = "29253ce269136f4b1f009e35e79c0ffe72bb722a6f23e5f241d4ca3bbd685b67"
+MANIFEST = "30ec36a089d4092047f8ef02a7b465f4491ef464f9527ddfc38a48cf70829344"
 # the manifest records each source's sampling design as selected, so whole-prompt features
 # (another selection) have their own
-FULL_PROMPT_MANIFEST = "ccd28f6ed5c6d07e3fc18c8467863014131d24fa2f8ec914aec7a2ffc27c52be"
+FULL_PROMPT_MANIFEST = "bddbc037f0af84655dcbc0129f8d243e76859b68261b042e08b2e7ac7382e6de"
 
 
 def _versions() -> dict[str, str]:

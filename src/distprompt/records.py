@@ -133,22 +133,14 @@ def _grams4(x: np.ndarray) -> np.ndarray:
         return ((u[:n] * _M[0] + u[1 : n + 1]) * _M[1] + u[2 : n + 2]) * _M[2] + u[3:]
 
 
-def _pairs(g: np.ndarray) -> np.ndarray:
-    """8-gram hashes from 4-gram hashes (two 4-grams four apart)."""
-    if g.shape[0] <= 4:
-        return np.zeros(0, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        return g[:-4] * _M[1] + g[4:]
-
-
-def _found(needles: np.ndarray, hay: np.ndarray) -> float:
-    """The share of ``needles`` that occur in ``hay``."""
+def _hits(needles: np.ndarray, hay: np.ndarray) -> np.ndarray:
+    """Whether each of ``needles`` occurs in ``hay``."""
     if needles.shape[0] == 0 or hay.shape[0] == 0:
-        return 0.0
+        return np.zeros(needles.shape[0], dtype=bool)
     hay = np.sort(hay)
     at = np.searchsorted(hay, needles)
     np.minimum(at, hay.shape[0] - 1, out=at)
-    return float(np.count_nonzero(hay[at] == needles)) / needles.shape[0]
+    return hay[at] == needles
 
 
 def _distinct(x: np.ndarray) -> int:
@@ -160,9 +152,10 @@ def reply_features(prompt_ids: np.ndarray, reply_ids: np.ndarray) -> np.ndarray:
     """Cheap content signals of a first reply that bear on speculation, as uint16 shares
     (:data:`REPLY_FEATURES`, scaled to 65535):
 
-    * ``copy4`` / ``copy8``: the share of the reply's 4-grams / 8-grams already in the prompt
-      (its last 32k tokens): spans copied from the prompt (file contents, tool output, quoted
-      code) are what prompt-lookup and suffix drafters predict;
+    * ``copy4`` / ``copy8``: the share of the reply's 4-grams already in the prompt (its last
+      32k tokens), and of its 8-grams whose two 4-gram halves both are: spans copied from the
+      prompt (file contents, tool output, quoted code) are what prompt-lookup and suffix
+      drafters predict;
     * ``repeat4``: the share of the reply's 4-grams seen earlier in the reply (loops, repeated
       lines, degenerate runs);
     * ``distinct``: distinct tokens over tokens (low for repetitive replies).
@@ -182,11 +175,13 @@ def reply_features(prompt_ids: np.ndarray, reply_ids: np.ndarray) -> np.ndarray:
     p = np.asarray(prompt_ids)[-_REPLY_PROMPT_TOKENS:]
     r4, p4 = _grams4(r), _grams4(p)
     n4 = r4.shape[0]
-    copy4 = _found(r4, p4)
+    hits = _hits(r4, p4)
+    n_hit = int(np.count_nonzero(hits))
     shares = (
-        copy4,
-        # an 8-gram of the prompt is two of its 4-grams: none of those, none of these
-        _found(_pairs(r4), _pairs(p4)) if copy4 > 0 else 0.0,
+        n_hit / n4 if n4 else 0.0,
+        # 8-grams whose two 4-gram halves both occur in the prompt (an 8-gram copy is one;
+        # the halves from two places are rare enough, and it saves sorting the prompt again)
+        float(np.count_nonzero(hits[:-4] & hits[4:])) / (n4 - 4) if n_hit and n4 > 4 else 0.0,
         1.0 - _distinct(r4) / n4 if n4 else 0.0,
         _distinct(r) / r.shape[0],
     )

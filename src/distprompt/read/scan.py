@@ -65,8 +65,9 @@ SAMPLE = 64
 #: the reference that selection calibrates weights to and herds among. Measuring every candidate
 #: would cost ~45 us a short row, more than half of what reading it costs; a running bottom-m
 #: measures about ``m (1 + ln(rows / m))`` rows of a source and unit (on the benchmark corpus,
-#: one-worker export: 2048 +25 % CPU; 512 +10.5 % wall, 256 +7 %: benchmarks/RESULTS.md).
-REPLY_SAMPLE = 256
+#: one-worker export: 2048 +25 % CPU; 512 about +10 % wall). 256 was cheaper but the suites
+#: it gave were much less representative (benchmarks/RESULTS.md, issue 26).
+REPLY_SAMPLE = 512
 #: Rows with the longest first replies kept per source, whatever their key (:class:`TopReplies`).
 HEAVY = 128
 
