@@ -294,10 +294,10 @@ def test_a_refusal_beside_selection_in_a_thread_drops_the_sources_not_started(
     gate = threading.Event()
     real = pipeline._select_source
 
-    def held(cands, quota, config, stats, heavy=()):  # type: ignore[no-untyped-def]
+    def held(cands, quota, config, stats, heavy=(), shards=None):  # type: ignore[no-untyped-def]
         started.append(quota.source)
         gate.wait(30)  # until the refusal is raised
-        return real(cands, quota, config, stats, heavy)
+        return real(cands, quota, config, stats, heavy, shards)
 
     monkeypatch.setattr(pipeline, "_select_source", held)
     try:

@@ -492,7 +492,7 @@ from distprompt import pipeline
 
 assert "scipy.linalg" not in sys.modules, "scipy imported before the pool"
 seen = {}
-def fake_select(cands, quota, config, stats, heavy=()):
+def fake_select(cands, quota, config, stats, heavy=(), shards=None):
     seen["threads"] = [(i["user_api"], i["num_threads"]) for i in threadpool_info()]
     return [], None
 pipeline._select_source = fake_select

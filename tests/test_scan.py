@@ -458,3 +458,35 @@ def test_pool_pickles_arrays_of_mixed_dtypes_as_they_are() -> None:
     again = pickle.loads(pickle.dumps(pool))
     for a, b in zip(pool.candidates(), again.candidates(), strict=True):
         _same_candidate(a, b)
+
+
+def test_the_reference_sample_does_not_depend_on_the_split(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A byte range keeps only its share of the reply-feature sample; the smallest keys it
+    missed are read back and measured at selection (measure_reference): the same features as
+    when the shard is read whole. (Each range here keeps far less than its share, so that
+    many are missed; the real share has a margin that makes misses rare.)"""
+    from factories import synthetic_corpus
+
+    from distprompt.read import scan as scan_module
+    from distprompt.read.scan import REPLY_SAMPLE, measure_reference, scan
+
+    root = synthetic_corpus(tmp_path / "d", {"s": 3 * REPLY_SAMPLE})
+    shards = discover_shards(root)
+    whole = scan(shards, max_candidates=4 * REPLY_SAMPLE, workers=1)
+    assert scan_module._ref_size(scan_module.Unit(shards[0], 0, 4096)) < REPLY_SAMPLE
+    monkeypatch.setattr(scan_module, "_ref_size", lambda unit: 4)
+    split = scan(shards, max_candidates=4 * REPLY_SAMPLE, workers=1, unit_bytes=4096)
+    a, b = whole.pools["s"].candidates(), split.pools["s"].candidates()
+    assert [c.key for c in a] == [c.key for c in b]
+    ref = slice(0, REPLY_SAMPLE)  # candidates() are in key order
+    assert all(c.reply is not None for c in a[ref])
+    missed = sum(c.reply is None for c in b[ref])
+    assert missed > 0  # the ranges kept a share each: some of the smallest keys are not measured
+    measured = sum(c.reply is not None for c in b)
+    assert measured < sum(c.reply is not None for c in a)  # and fewer rows were measured
+    filled = measure_reference(b, split.shards)
+    for x, y in zip(a[ref], filled[ref], strict=True):
+        assert np.array_equal(x.reply, y.reply)
+        assert y.prompt_ids is None and y.response_ids is None  # only the features are kept

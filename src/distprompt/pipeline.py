@@ -16,7 +16,7 @@ import platform
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +44,14 @@ from distprompt.choose.vectorize import (
 from distprompt.config import Config, OnError, resolve
 from distprompt.corpus import CorpusInfo, corpus_info
 from distprompt.errors import ConfigError, InputError, TokenizerError
-from distprompt.read.scan import REPLY_SAMPLE, BottomK, Partial, load_candidates, scan
+from distprompt.read.scan import (
+    REPLY_SAMPLE,
+    BottomK,
+    Partial,
+    load_candidates,
+    measure_reference,
+    scan,
+)
 from distprompt.read.shards import ShardSet, find_shards
 from distprompt.read.spill import WindowStore
 from distprompt.records import (
@@ -811,6 +818,7 @@ def _select_source(
     config: Config,
     stats: SourceStats,
     heavy: Sequence[Candidate] = (),
+    shards: Mapping[str, Shard] | None = None,
 ) -> tuple[list[_Chosen], SourceEvidence | None]:
     """The source's representatives ``(candidate, cluster size, weight, stratum)`` by its
     sampling design (:mod:`distprompt.choose.design`: take-all rows, first-reply length strata,
@@ -819,6 +827,9 @@ def _select_source(
     k = quota.granted
     if k <= 0 or not cands:
         return [], None
+    if shards and k < len(cands):
+        # the reference rows a byte range of the pass did not measure, read back
+        cands = measure_reference(cands, shards, seed=config.seed)
     rows = max(1, stats.rows)
     pool_keys = {c.key: c for c in cands}
     # the take-all stratum, from the longest first replies whatever their key (and the pool)
@@ -1028,6 +1039,7 @@ def _select_job(
     stats: SourceStats,
     cands: list[Candidate] | BottomK | None = None,
     heavy: Sequence[Candidate] = (),
+    shards: Mapping[str, Shard] | None = None,
 ) -> tuple[list[_Chosen], SourceEvidence | None]:
     """:func:`_select_source` in a worker process (on one BLAS thread, as here) or the selection
     thread (whose pool set that for the process: the limits are not set from two threads); a
@@ -1039,7 +1051,12 @@ def _select_job(
         try:
             got = _SELECTING[source] if cands is None else cands
             return _select_source(
-                got.candidates() if isinstance(got, BottomK) else got, quota, config, stats, heavy
+                got.candidates() if isinstance(got, BottomK) else got,
+                quota,
+                config,
+                stats,
+                heavy,
+                shards,
             )
         finally:
             # What its matrices took, given back before the next source (during the pass,
@@ -1123,7 +1140,14 @@ class _EarlySelection:
             stats = copy.deepcopy(part.stats[s])
             decoded: dict[str, Any] = {}
             fut = pool.submit(
-                self._job, s, quotas[s], stats, part.pools[s].candidates(), decoded, _heavy(part, s)
+                self._job,
+                s,
+                quotas[s],
+                stats,
+                part.pools[s].candidates(),
+                decoded,
+                _heavy(part, s),
+                part.shards,
             )
             self._jobs[s] = _EarlyJob(fut, stats, quotas[s], decoded)
 
@@ -1135,12 +1159,13 @@ class _EarlySelection:
         cands: list[Candidate],
         decoded: dict[str, Any],
         heavy: list[Candidate],
+        shards: Mapping[str, Shard],
     ) -> tuple[list[_Chosen], SourceEvidence | None]:
         """The source's selection, then (while the pass runs and the tokenizer is loaded) its
         items: read back and decoded as :func:`_select_and_decode` would (one job at a time
         while the pass runs: the gate)."""
         with self._gate:
-            result = _select_job(source, quota, self._config, stats, cands, heavy)
+            result = _select_job(source, quota, self._config, stats, cands, heavy, shards)
             got = self.tokenizer() if self.tokenizer is not None and not self._closed else None
             if got is None:
                 return result
@@ -1367,7 +1392,9 @@ def _submit_selection(
         out = {}
         for s in largest_first:
             weight = min(part.pools[s].feature_tokens(), FEATURE_BUDGET)
-            args = (s, quotas[s], config, part.stats[s], part.pools[s], _heavy(part, s))
+            args = (
+                s, quotas[s], config, part.stats[s], part.pools[s], _heavy(part, s), part.shards
+            )  # fmt: skip
             out[fitting.submit(weight, _select_job, *args)] = s
         return out
     forked = multiprocessing.get_start_method() == "fork"
@@ -1382,6 +1409,7 @@ def _submit_selection(
             part.stats[s],
             None if forked else part.pools[s].candidates(),
             _heavy(part, s),
+            part.shards,
         ): s
         for s in largest_first
     }
@@ -1445,6 +1473,7 @@ def _select_and_decode(
                         config,
                         part.stats[s],
                         _heavy(part, s),
+                        part.shards,
                     )
             all_selected(results)
             for s in sources:
