@@ -467,10 +467,10 @@ def test_the_reference_sample_does_not_depend_on_the_split(
     missed are read back and measured at selection (measure_reference): the same features as
     when the shard is read whole. (Each range here keeps far less than its share, so that
     many are missed; the real share has a margin that makes misses rare.)"""
-    from factories import synthetic_corpus
-
     from distprompt.read import scan as scan_module
     from distprompt.read.scan import REPLY_SAMPLE, measure_reference, scan
+
+    from factories import synthetic_corpus
 
     root = synthetic_corpus(tmp_path / "d", {"s": 3 * REPLY_SAMPLE})
     shards = discover_shards(root)
