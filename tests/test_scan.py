@@ -486,7 +486,7 @@ def test_the_reference_sample_does_not_depend_on_the_split(
     assert missed > 0  # the ranges kept a share each: some of the smallest keys are not measured
     measured = sum(c.reply is not None for c in b)
     assert measured < sum(c.reply is not None for c in a)  # and fewer rows were measured
-    filled = measure_reference(b, split.shards)
+    filled = measure_reference(b, {c.key for c in b[ref]}, split.shards)
     for x, y in zip(a[ref], filled[ref], strict=True):
         assert np.array_equal(x.reply, y.reply)
         assert y.prompt_ids is None and y.response_ids is None  # only the features are kept

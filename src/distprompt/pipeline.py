@@ -827,16 +827,19 @@ def _select_source(
     k = quota.granted
     if k <= 0 or not cands:
         return [], None
+    # The reference sample: the pool's REPLY_SAMPLE smallest keys, whose replies the pass
+    # measured (those a byte range left out are read back here); others may have been measured
+    # too, depending on how the shards were split into units: left out, so the result does
+    # not depend on it.
+    ref_keys = {c.key for c in sorted(cands, key=lambda c: c.key)[:REPLY_SAMPLE]}
     if shards and k < len(cands):
-        # the reference rows a byte range of the pass did not measure, read back
-        cands = measure_reference(cands, shards, seed=config.seed)
+        cands = measure_reference(cands, ref_keys, shards, seed=config.seed)
     rows = max(1, stats.rows)
     pool_keys = {c.key: c for c in cands}
-    # the take-all stratum, from the longest first replies whatever their key (and the pool)
-    longest = sorted(
-        {c.key: c for c in [*heavy, *cands]}.values(),
-        key=lambda c: (-c.first_response_length, c.key),
-    )[: max(k, 1)]
+    # the take-all stratum, from the longest first replies the pass kept whatever their key
+    # (the pool's own when none were handed on)
+    longest = list(heavy) or sorted(cands, key=lambda c: (-c.first_response_length, c.key))
+    longest = longest[: max(k, 1)]
     taken = [
         longest[i]
         for i in take_all([c.first_response_length for c in longest], k, stats.first_reply_tokens)
@@ -870,14 +873,10 @@ def _select_source(
             max_output_tokens=config.max_output_tokens,
         )
         return chosen, ev
-    # Cut to the feature budget as they are read (a large pool's windows are read back from
-    # the window store: 40 MB for the 4x benchmark corpus's SWE pool, 12 MB once cut).
-    # The reference sample: the pool's REPLY_SAMPLE smallest keys, whose replies the pass
-    # measured whatever the shards' split into units (others may have been measured too,
-    # depending on the split: left out, so the result does not depend on it).
-    ref_keys = {c.key for c in sorted(cands, key=lambda c: c.key)[:REPLY_SAMPLE]}
     rest, taken = ([_in_ref(c, ref_keys) for c in part] for part in (rest, taken))
-    # features of the take-all rows too (after the rest), for the report's coverage figures
+    # features of the take-all rows too (after the rest), for the report's coverage figures;
+    # cut to the feature budget as they are read (a large pool's windows are read back from
+    # the window store: 40 MB for the 4x benchmark corpus's SWE pool, 12 MB once cut)
     allc = rest + taken
     w = budget_width(sum(c.n_feature_ids for c in allc), len(allc), FEATURE_BUDGET)
     first = np.array([c.first_response_length for c in rest], dtype=np.int64)

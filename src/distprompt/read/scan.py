@@ -744,6 +744,7 @@ def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> No
     if st is None:
         st = part.stats[source] = SourceStats()
         part.pools[source] = BottomK(part.k, sample=part.sample)
+        part.heavy[source] = TopReplies(HEAVY)
     st.rows += 1
     st.prompt_tokens += n_prompt
     st.response_tokens += n_resp
@@ -758,9 +759,7 @@ def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> No
     prompt = row.prompt_ids
     key = prompt_key(prompt, seed=seed)
     pool = part.pools[source]
-    top = part.heavy.get(source)
-    if top is None:
-        top = part.heavy[source] = TopReplies(HEAVY)
+    top = part.heavy[source]
     pooled = pool.offer_key(key)
     heavy = n_first > 0 and top.offer(n_first, key)
     if not pooled:
@@ -770,7 +769,8 @@ def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> No
     window = _compact(feature_window(prompt))
     whole = window.shape[0] == prompt.shape[0]
     # the reply's features for the reference sample only (the take-all rows need none)
-    reply_ids = row.ids(start, end) if hold or _in_reference(part, source, key) else None
+    measure = pooled and _in_reference(part, source, key)
+    reply_ids = row.ids(start, end) if hold or measure else None
     cand = Candidate(
         key=key,
         source=row.source,
@@ -782,7 +782,7 @@ def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> No
         window=window,
         n_prompt=row.n_prompt_tokens,
         n_first_response=n_first,
-        reply=None if reply_ids is None else reply_features(prompt, reply_ids),
+        reply=reply_features(prompt, reply_ids) if measure and reply_ids is not None else None,
     )
     if heavy:
         top.add(cand)
@@ -813,23 +813,24 @@ def _ref_size(unit: Unit) -> int:
 
 
 def measure_reference(
-    cands: Sequence[Candidate], shards: Mapping[str, Shard], *, seed: int = 0
+    cands: Sequence[Candidate], keys: set[int], shards: Mapping[str, Shard], *, seed: int = 0
 ) -> list[Candidate]:
-    """``cands`` with every one of the :data:`REPLY_SAMPLE` smallest keys measured
-    (:func:`~distprompt.records.reply_features`): those the pass did not measure (a byte range
-    keeps a share of the sample) are read back from their shards, and only the features kept.
+    """``cands`` with every one whose key is in ``keys`` (the reference sample: the pool's
+    :data:`REPLY_SAMPLE` smallest) measured (:func:`~distprompt.records.reply_features`): those
+    the pass did not measure (a byte range keeps a share of the sample) are read back from
+    their shards, and only the features kept.
 
     Raises:
         InputError: A shard cannot be read, or changed since the pass.
     """
-    ref = sorted(range(len(cands)), key=lambda i: cands[i].key)[:REPLY_SAMPLE]
-    missing = [i for i in ref if cands[i].reply is None]
+    missing = [i for i, c in enumerate(cands) if c.reply is None and c.key in keys]
     if not missing or not shards:
         return list(cands)
     got = load_candidates([cands[i] for i in missing], list(shards.values()), seed=seed)
     out = list(cands)
     for i, c in zip(missing, got, strict=True):
-        out[i] = replace(cands[i], reply=c.reply)
+        assert c.prompt_ids is not None and c.response_ids is not None
+        out[i] = replace(cands[i], reply=reply_features(c.prompt_ids, c.response_ids))
     return out
 
 
@@ -936,13 +937,11 @@ def load_candidates(
                     "another; the shard changed during the run — run again"
                 )
             start, end = row.first_response_span()
-            response = row.ids(start, end)
             out[i] = replace(
                 c,
                 prompt_ids=_compact(row.prompt_ids),
                 prompt_mask=row.prompt_mask(),
-                response_ids=_compact(response),
-                reply=reply_features(row.prompt_ids, response) if c.reply is None else c.reply,
+                response_ids=_compact(row.ids(start, end)),
             )
     return out
 
