@@ -484,6 +484,7 @@ def inspect_corpus(
         left_out="left out",
         overlap=False,
         round_trip_sample=round_trip_sample,
+        replies=False,  # no selection: neither the longest replies nor the reply sample
     )
     return corpus_info(
         run.part,
@@ -522,6 +523,7 @@ def _run_pass(
     judge: bool = True,
     early: _EarlySelection | None = None,
     spill: WindowStore | None = None,
+    replies: bool = True,
 ) -> _Pass:
     """Find the shards, run the one pass with the row checks, then the tokenizer checks.
 
@@ -597,6 +599,7 @@ def _run_pass(
             sample=round_trip_sample if checks is not None else 0,
             on_shard=early.on_shard if early is not None and big else None,
             spill=spill if big or config.engine == "ray" else None,
+            replies=replies,
         )
 
     say = warn if warn is not None else (lambda msg: logger.warning("%s", msg))

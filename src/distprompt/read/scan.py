@@ -525,6 +525,8 @@ class Partial:
     # heap) and the same as a set; not merged (cleared before a unit's partial is returned)
     ref: dict[str, tuple[list[int], set[int]]] = field(default_factory=dict)
     ref_size: int = REPLY_SAMPLE  # the bottom-m kept by ``ref`` (smaller for a byte range)
+    # whether selection will need the longest replies and the reply sample (not ``inspect``)
+    replies: bool = True
     # the shards of the pass, by name (the whole pass's partial only): selection reads back
     # the reference rows a byte range did not measure (:func:`measure_reference`)
     shards: dict[str, Shard] = field(default_factory=dict)
@@ -643,6 +645,7 @@ def scan_unit(
     check: Callable[[Any], Iterable[str]] | None = None,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     sample: int = SAMPLE,
+    replies: bool = True,
 ) -> UnitResult:
     """Read one :class:`Unit`: a whole shard, or a byte range of a large one.
 
@@ -667,6 +670,8 @@ def scan_unit(
         max_line_bytes: Longer lines are bad rows (``line_too_long``), never held in memory.
         sample: Prompts held per source (the pool's first ``sample`` candidates, with their
             prompt ids; see :class:`BottomK`), for the tokenizer checks' round trip.
+        replies: Keep each source's longest first replies (:class:`TopReplies`) and measure
+            the reply sample (:data:`REPLY_SAMPLE`), which selection needs (``inspect`` does not).
 
     Blank lines are counted in ``anomalies`` (``blank_line``); when skipping, a truncated or
     corrupt compressed stream ends the shard and is counted as ``corrupt_stream``.
@@ -678,7 +683,7 @@ def scan_unit(
             compressed stream is truncated or corrupt.
     """
     shard = unit.shard
-    part = Partial(k=max_candidates, tally=Tally(on_error=on_error), sample=sample)
+    part = Partial(k=max_candidates, tally=Tally(on_error=on_error), sample=sample, replies=replies)
     part.ref_size = _ref_size(unit)
     n = 0
     limit = vocab_size if vocab_size is not None else getattr(check, "vocab_size", None)
@@ -761,7 +766,7 @@ def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> No
     pool = part.pools[source]
     top = part.heavy[source]
     pooled = pool.offer_key(key)
-    heavy = n_first > 0 and top.offer(n_first, key)
+    heavy = part.replies and n_first > 0 and top.offer(n_first, key)
     if not pooled:
         pool.reject()
         if not heavy:
@@ -769,7 +774,7 @@ def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> No
     window = _compact(feature_window(prompt))
     whole = window.shape[0] == prompt.shape[0]
     # the reply's features for the reference sample only (the take-all rows need none)
-    measure = pooled and _in_reference(part, source, key)
+    measure = pooled and part.replies and _in_reference(part, source, key)
     reply_ids = row.ids(start, end) if hold or measure else None
     cand = Candidate(
         key=key,
@@ -1006,6 +1011,7 @@ def scan(
     sample: int = SAMPLE,
     on_shard: Callable[[Partial], None] | None = None,
     spill: WindowStore | None = None,
+    replies: bool = True,
 ) -> Partial:
     """One pass over all shards, in parallel processes when ``workers > 1``, or as Ray tasks
     with ``engine="ray"`` (see :mod:`distprompt.read.engine`; ``workers`` is then unused).
@@ -1045,6 +1051,7 @@ def scan(
             :mod:`distprompt.read.spill`) rather than in memory, and the pools as columns once
             the pass is over (:meth:`BottomK.compact`); the caller closes it once the pools
             are selected.
+        replies: As :func:`scan_unit`'s: False when nothing will be selected (``inspect``).
     """
     from tqdm import tqdm  # plain text bar: the CLI is its only user (tqdm.auto warns in notebooks)
 
@@ -1057,6 +1064,7 @@ def scan(
         "check": check,
         "max_line_bytes": max_line_bytes,
         "sample": sample,
+        "replies": replies,
     }
     if unit_bytes is None and engine == "ray":
         from distprompt.read.engine import ray_unit_bytes
