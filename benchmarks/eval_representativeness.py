@@ -30,6 +30,7 @@ Issue 26 asks for ≥ 80 % of cells and ≥ 90 % at corpus level.
 Usage:
     python benchmarks/eval_representativeness.py --corpora DIR [--per-source 20 50]
         [--random 20] [--out FILE.md] [--no-samples] [--only NAME ...] [--jobs 2]
+        [--suite-seeds 0 1 2]
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ import time
 import zlib
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -411,13 +412,13 @@ def corpora(folder: Path, *, samples: bool, only: Iterable[str] | None) -> list[
 
 
 def suite_rows(
-    spec: CorpusSpec, counts: RowCounts, n: int
+    spec: CorpusSpec, counts: RowCounts, n: int, seed: int = 0
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """The library's suite of ``n`` per source, as row indices and weights per source."""
     from distprompt import build_suite
 
     suite = build_suite(
-        spec.root, tokenizer=spec.tokenizer, per_source=n, seed=0, warn=lambda _m: None
+        spec.root, tokenizer=spec.tokenizer, per_source=n, seed=seed, warn=lambda _m: None
     )
     where = counts.index()
     by_source: dict[str, tuple[list[int], list[float]]] = {}
@@ -464,7 +465,12 @@ def by_role(results: list[tuple[CorpusSpec, int, list[Cell]]]) -> list[str]:
     groups: dict[tuple[str, int], list[dict[str, tuple[int, int, float]]]] = {}
     for spec, n, cells in results:
         groups.setdefault((spec.role, n), []).append(summary(cells))
-    for (role, n), sums in groups.items():
+        if "@" in spec.name:  # a suite of another seed: also on a line of its own
+            seed = spec.name.rsplit("@", 1)[1]
+            groups.setdefault((f"{spec.role} @{seed}", n), []).append(summary(cells))
+        elif any("@" in s.name for s, _, _ in results):
+            groups.setdefault((f"{spec.role} @0", n), []).append(summary(cells))
+    for (role, n), sums in sorted(groups.items()):
         ok = sum(v[0] for sm in sums for v in sm.values())
         counted = sum(v[1] for sm in sums for v in sm.values())
         corpus_ok = sum(v[2] >= CORPUS_BAR for sm in sums for v in sm.values())
@@ -548,6 +554,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-samples", action="store_true", help="leave data_samples/ out")
     ap.add_argument("--only", nargs="*", help="corpus names (default: all)")
     ap.add_argument("--jobs", type=int, default=2, help="processes computing row counts")
+    ap.add_argument(
+        "--suite-seeds",
+        nargs="+",
+        type=int,
+        default=[0],
+        help="build the suite with each of these seeds (rows named CORPUS@SEED when more than "
+        "one; the totals count every seed's cells, a steadier yardstick for tuning than one "
+        "suite, and each seed has its own lines)",
+    )
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     results = []
@@ -555,9 +570,13 @@ def main(argv: list[str] | None = None) -> int:
         t1 = time.perf_counter()
         counts = row_counts(spec.root, spec.cache, jobs=args.jobs)
         t2 = time.perf_counter()
-        for n in args.per_source:
-            rows = suite_rows(spec, counts, n)
-            results.append((spec, n, evaluate(counts, rows, n_random=args.random, seed=n)))
+        for seed in args.suite_seeds:
+            many = len(args.suite_seeds) > 1
+            named = replace(spec, name=f"{spec.name}@{seed}") if many else spec
+            for n in args.per_source:
+                rows = suite_rows(spec, counts, n, seed)
+                got = evaluate(counts, rows, n_random=args.random, seed=n)
+                results.append((named, n, got))
         print(
             f"{spec.name}: {counts.line.shape[0]} rows, counts {t2 - t1:.0f} s, "
             f"suites + comparison {time.perf_counter() - t2:.0f} s",

@@ -136,3 +136,43 @@ def test_calibration_is_within_bounds_and_no_worse_than_design(n: int, seed: int
     before = np.abs((x.T @ d - targets) / targets).max()
     after = max(abs(r) for r in cal.residual)
     assert after <= before + 1e-9
+
+
+def test_calibration_keeps_exact_totals_and_comes_close_on_the_rest() -> None:
+    # 4 items cannot meet an estimated share far from theirs within the bounds: rows and
+    # tokens stay exact, the share comes as close as the bounds allow (not dropped)
+    d = np.full(4, 25.0)
+    tokens = np.array([10.0, 20.0, 30.0, 40.0])
+    share = np.array([0.0, 0.0, 0.1, 0.9]) * tokens
+    x = np.column_stack([np.ones(4), tokens, share])
+    targets = np.array([100.0, 2500.0, 0.9 * 2500.0])
+    cal = calibrate(d, x, targets, exact=2)
+    assert abs(cal.residual[0]) < 1e-6 and abs(cal.residual[1]) < 1e-6
+    alone = calibrate(d, x[:, :2], targets[:2])
+    alone_gap = abs(float(x[:, 2] @ alone.weights) - targets[2]) / targets[2]
+    assert abs(cal.residual[2]) < alone_gap - 0.05
+    lo, hi = CALIBRATION_BOUNDS
+    assert (cal.weights >= d * lo - 1e-9).all() and (cal.weights <= d * hi + 1e-9).all()
+
+
+@settings(max_examples=60)
+@given(st.integers(4, 30), st.integers(0, 10_000))
+def test_exact_constraints_hold_whenever_they_can_alone(n: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(1, 3000, n).astype(float)
+    x = np.column_stack(
+        [np.ones(n), tokens, tokens * rng.uniform(0, 1, n), tokens * rng.uniform(0, 1, n)]
+    )
+    d = rng.uniform(1, 5, n)
+    truth = d * rng.uniform(0.5, 2.0, n)
+    targets = x.T @ truth
+    targets[2:] *= rng.uniform(0.5, 1.5, 2)  # estimated shares, possibly out of reach
+    alone = calibrate(d, x[:, :2], targets[:2])
+    cal = calibrate(d, x, targets, exact=2)
+    lo, hi = CALIBRATION_BOUNDS
+    assert (cal.weights >= d * lo - 1e-9).all() and (cal.weights <= d * hi + 1e-9).all()
+    if max(abs(r) for r in alone.residual) < 1e-9:
+        assert max(abs(r) for r in cal.residual[:2]) < 1e-6
+        # the estimated totals are no further than with the exact constraints alone
+        gap = np.abs(x[:, 2:].T @ alone.weights - targets[2:]) / targets[2:]
+        assert (np.asarray(cal.residual[2:]) ** 2).sum() <= (gap**2).sum() + 1e-4

@@ -6,7 +6,9 @@ versions, the tokenizer's path and the DATA spelling) for ``--per-source 20``, s
 * ``FULL_PROMPT_*``: features from whole prompts — the output before issue 10, reproduced by the
   current code when the feature window is made larger than every prompt (re-pinned for issue
   26: items carry ``response_ids``, the report compares max_tokens with the first replies, and
-  selection is a sampling design, so the old bytes are not reproduced any more);
+  selection is a sampling design, so the old bytes are not reproduced any more; re-pinned for
+  its reply features seen2/seen4/distinct, the exact-first calibration and the weighted length
+  verdict);
 * ``SUITE``: the current output, features from the bounded window (head 256 + tail 256 tokens;
   a deliberate change, measured in docs/concepts.md).
 
@@ -36,13 +38,13 @@ VERSIONS = {
     "tokenizers": "0.23.3",
     "transformers": "5.24.0",
 }
-FULL_PROMPT_SUITE = "6af4fe2b83a0f74cfccaa52c6793b9f669fb7b0668af748a80de8c1345120190"
-FULL_PROMPT_REPORT = "c72a551e732cfe2a843ad1b8c8513f0f55395b7fef2fd0ca4c3d188cd44b8284"
-SUITE = "29253ce269136f4b1f009e35e79c0ffe72bb722a6f23e5f241d4ca3bbd685b67"
-MANIFEST = "30ec36a089d4092047f8ef02a7b465f4491ef464f9527ddfc38a48cf70829344"
+FULL_PROMPT_SUITE = "2f521c483755d3f592a044fa432f2cd06fe08e2a4c5927b05176dabccf99865f"
+FULL_PROMPT_REPORT = "feb00f12d3755aa048d5b553e78388bf5080659ebdfc70f81943dec5c12fbda6"
+SUITE = "d0dc862c9ced6f6106006ce8fb73a9968491a3f288b3ce9d98ef6a20ef902649"
+MANIFEST = "e3f98795832d593a98c8de7eb1aa1d0fe01730518cb8ce703def264ee508377b"
 # the manifest records each source's sampling design as selected, so whole-prompt features
 # (another selection) have their own
-FULL_PROMPT_MANIFEST = "bddbc037f0af84655dcbc0129f8d243e76859b68261b042e08b2e7ac7382e6de"
+FULL_PROMPT_MANIFEST = "6edfd786cb94ddb3a22fec26dd3b958fd11156782372138194b02cfe01abd343"
 
 
 def _versions() -> dict[str, str]:

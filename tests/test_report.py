@@ -178,7 +178,7 @@ def test_report_labels_first_reply_and_rest_of_row(tmp_path: Path) -> None:
     rep = two_source_report()
     rep.write(tmp_path)
     md = (tmp_path / REPORT_MD).read_text()
-    assert "first reply (max_tokens) KS suite / random" in md
+    assert "first reply (max_tokens) KS suite (weighted) / random" in md
     assert "response KS" not in md
     assert "not n_response_tokens" in md  # the definition says what is compared
     html = (tmp_path / REPORT_HTML).read_text()
@@ -186,3 +186,38 @@ def test_report_labels_first_reply_and_rest_of_row(tmp_path: Path) -> None:
     data = orjson.loads((tmp_path / REPORT_JSON).read_bytes())
     ex = data["examples"]["a"][0]
     assert ex["max_tokens"] == 1 and "n_response_tokens" in ex
+
+
+def test_length_verdict_judges_the_suite_with_its_weights() -> None:
+    """A sampling design takes more items where the replies are long and weights each less:
+    with its weights the suite's lengths match the corpus, unweighted they do not. The verdict
+    judges the suite as its estimates use it (weighted) against random samples as theirs do
+    (equal weights)."""
+    import numpy as np
+
+    from distprompt.choose.stratify import Quota
+    from distprompt.write.metrics import measure_source
+    from distprompt.write.report import build_report
+
+    from factories import _report_items, grouped_candidates
+
+    a, ca, sa = grouped_candidates("a", per=10)
+    idx = [0, 10, 20, 21, 22, 30, 31, 32]  # the two long groups oversampled
+    w = [0.25, 0.25, 0.25 / 3, 0.25 / 3, 0.25 / 3, 0.25 / 3, 0.25 / 3, 0.25 / 3]
+    ev = measure_source(
+        a, idx, w, stats=sa, content=ca, log_length=np.log([c.n_prompt_tokens for c in a]), seed=0
+    )
+    assert ev.suite.ks_prompt_weighted == pytest.approx(0, abs=1e-9)
+    assert ev.suite.ks_response_weighted == pytest.approx(0, abs=1e-9)
+    assert ev.suite.ks_prompt == pytest.approx(0.25)  # unweighted: 6 of 8 items long
+    assert ev.random.ks_prompt is not None and ev.random.ks_prompt > 0
+    rep = build_report(
+        {"a": ev},
+        stats={"a": sa},
+        quotas={"a": Quota("a", 8, 8)},
+        items=_report_items(a, idx, w),
+        meta={"method": "test"},
+    )
+    assert rep.sources["a"]["length"] == "better"
+    assert rep.verdict["length"] == "better"
+    assert rep.overall["suite"]["ks_prompt_weighted_within"] == pytest.approx(0, abs=1e-6)

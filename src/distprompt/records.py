@@ -116,76 +116,93 @@ def feature_window(prompt_ids: np.ndarray) -> np.ndarray:
 
 
 #: What :func:`reply_features` measures of a first reply, in its order (shares in ``[0, 1]``).
-REPLY_FEATURES = ("copy4", "copy8", "repeat4", "distinct")
+REPLY_FEATURES = ("seen2", "seen4", "distinct")
 _REPLY_SCALE = 65535  # shares are kept as uint16 (2 bytes a feature and candidate)
-_REPLY_PROMPT_TOKENS = 32768  # the prompt's last this many tokens are searched for copies
+_REPLY_KEEP = 65534  # the largest share kept: all 65535 marks a candidate not measured
+_REPLY_PROMPT_TOKENS = 32768  # the prompt's last this many tokens are searched
 _M = tuple(np.uint64(m) for m in (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9))
+_M_UNIGRAM = np.uint64(0xD6E8FEB86659FD93)
+_BIGRAM_OFFSET = np.uint64(0x14057B7EF767814F)  # keeps bigram hashes off 4-gram hashes
+_POS_BITS = 20  # positions packed under the hashes when the reply's grams are sorted
+_HASH_MASK = np.uint64(~((1 << _POS_BITS) - 1) & 0xFFFF_FFFF_FFFF_FFFF)
 
 
-def _grams4(x: np.ndarray) -> np.ndarray:
-    """A 64-bit hash of each 4-gram of ``x`` (uint64; wrapping multiply-add, collisions are
-    negligible for shares)."""
-    n = x.shape[0] - 3
-    if n <= 0:
-        return np.zeros(0, dtype=np.uint64)
-    u = x.astype(np.uint64)
-    with np.errstate(over="ignore"):
-        return ((u[:n] * _M[0] + u[1 : n + 1]) * _M[1] + u[2 : n + 2]) * _M[2] + u[3:]
-
-
-def _hits(needles: np.ndarray, hay: np.ndarray) -> np.ndarray:
-    """Whether each of ``needles`` occurs in ``hay``."""
-    if needles.shape[0] == 0 or hay.shape[0] == 0:
-        return np.zeros(needles.shape[0], dtype=bool)
-    hay = np.sort(hay)
-    at = np.searchsorted(hay, needles)
-    np.minimum(at, hay.shape[0] - 1, out=at)
-    return hay[at] == needles
-
-
-def _distinct(x: np.ndarray) -> int:
-    s = np.sort(x)
-    return 1 + int(np.count_nonzero(s[1:] != s[:-1])) if s.shape[0] else 0
+def _seen_before(grams: np.ndarray) -> np.ndarray:
+    """Whether each hash of ``grams`` equals one before it: one sort of the hashes' high bits
+    with the positions packed under them (numpy's sort is much faster than a stable argsort;
+    a stable argsort when the positions do not fit)."""
+    m = grams.shape[0]
+    seen = np.zeros(m, dtype=bool)
+    if m < 2:
+        return seen
+    if m < (1 << _POS_BITS):
+        with np.errstate(over="ignore"):
+            key = grams * _M[2]  # odd: a bijection whose high bits depend on every bit
+        key &= _HASH_MASK
+        key |= np.arange(m, dtype=np.uint64)
+        key.sort()
+        dup = (key[1:] & _HASH_MASK) == (key[:-1] & _HASH_MASK)
+        seen[(key[1:][dup] & ~_HASH_MASK).astype(np.intp)] = True
+        return seen
+    order = np.argsort(grams, kind="stable")
+    ordered = grams[order]
+    seen[order[1:]] = ordered[1:] == ordered[:-1]
+    return seen
 
 
 def reply_features(prompt_ids: np.ndarray, reply_ids: np.ndarray) -> np.ndarray:
     """Cheap content signals of a first reply that bear on speculation, as uint16 shares
     (:data:`REPLY_FEATURES`, scaled to 65535):
 
-    * ``copy4`` / ``copy8``: the share of the reply's 4-grams already in the prompt (its last
-      32k tokens), and of its 8-grams whose two 4-gram halves both are: spans copied from the
-      prompt (file contents, tool output, quoted code) are what prompt-lookup and suffix
-      drafters predict;
-    * ``repeat4``: the share of the reply's 4-grams seen earlier in the reply (loops, repeated
-      lines, degenerate runs);
+    * ``seen2`` / ``seen4``: the share of the reply's tokens whose bigram / 4-gram ending at
+      them already occurred earlier, in the prompt (its last 32k tokens) or earlier in the
+      reply: the tokens a lookup of the 1 / 3 tokens before them could have drafted. Copied
+      spans (file contents, tool output, quoted code), repeated lines and degenerate loops
+      are what prompt-lookup, suffix and learned drafters alike get right, and a reply's
+      acceptance follows these shares more closely than the share of its n-grams copied from
+      the prompt or repeated within it, measured apart (benchmarks/RESULTS.md);
     * ``distinct``: distinct tokens over tokens (low for repetitive replies).
 
     Hashes and sorts (n log n in the lengths), so the pass can afford it for every candidate
-    it keeps.
+    of the reference sample it measures.
 
     Example:
         >>> import numpy as np
-        >>> reply_features(np.arange(20), np.arange(10)).tolist()
-        [65535, 65535, 0, 65535]
+        >>> reply_features(np.arange(20), np.array([5, 6, 7, 8, 40, 41, 40, 41])).tolist()
+        [32768, 8192, 49151]
     """
     r = np.asarray(reply_ids)
+    n = r.shape[0]
     out = np.zeros(len(REPLY_FEATURES), dtype=np.uint16)
-    if r.shape[0] == 0:
+    if n == 0:
         return out
     p = np.asarray(prompt_ids)[-_REPLY_PROMPT_TOKENS:]
-    r4, p4 = _grams4(r), _grams4(p)
-    n4 = r4.shape[0]
-    hits = _hits(r4, p4)
-    n_hit = int(np.count_nonzero(hits))
+    k = p.shape[0]
+    x = np.concatenate([p, r]).astype(np.uint64)
+    k2, k4 = max(0, k - 1), max(0, k - 3)
+    with np.errstate(over="ignore"):
+        g2 = x[:-1] * _M[0]
+        g2 += x[1:]
+        g2 += _BIGRAM_OFFSET  # g2[i]: the bigram ending at x[i + 1]
+        g4 = g2[:-2] * _M[1]
+        g4 += g2[2:]  # g4[i]: the 4-gram ending at x[i + 3]
+        # the reply's unigrams, then the bigrams and 4-grams ending in it: one sort finds
+        # what repeats within the reply
+        grams = np.concatenate([x[k:] * _M_UNIGRAM, g2[k2:], g4[k4:]])
+    seen = _seen_before(grams)
+    if k2 > 0:  # and what the prompt already holds
+        hay = np.sort(np.concatenate([g2[:k2], g4[:k4]]))
+        needles = grams[n:]
+        at = np.searchsorted(hay, needles)
+        np.minimum(at, hay.shape[0] - 1, out=at)
+        seen[n:] |= hay[at] == needles
+    n2 = g2.shape[0] - k2
     shares = (
-        n_hit / n4 if n4 else 0.0,
-        # 8-grams whose two 4-gram halves both occur in the prompt (an 8-gram copy is one;
-        # the halves from two places are rare enough, and it saves sorting the prompt again)
-        float(np.count_nonzero(hits[:-4] & hits[4:])) / (n4 - 4) if n_hit and n4 > 4 else 0.0,
-        1.0 - _distinct(r4) / n4 if n4 else 0.0,
-        _distinct(r) / r.shape[0],
+        np.count_nonzero(seen[n : n + n2]) / n,
+        np.count_nonzero(seen[n + n2 :]) / n,
+        (n - np.count_nonzero(seen[:n])) / n,
     )
-    out[:] = np.round(np.asarray(shares) * _REPLY_SCALE)
+    out[:] = np.minimum(np.round(np.asarray(shares) * _REPLY_SCALE), _REPLY_KEEP)
     return out
 
 

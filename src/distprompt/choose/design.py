@@ -18,10 +18,11 @@ applied per source:
    rows of the stratum over its picks) and the weights of a source's non-take-all items are then
    calibrated (bounded linear calibration, ``[1/3, 3]`` times the start) so that the weighted
    totals of rows, prompt tokens and first-reply tokens equal the corpus's exactly, and the
-   token-weighted shares of reply content that bear on speculation (4- and 8-gram copy from the
-   prompt, 4-gram repetition within the reply, distinct tokens:
+   token-weighted shares of reply content that bear on speculation (tokens whose bigram or
+   4-gram occurred earlier in the prompt or the reply, distinct tokens:
    :func:`distprompt.records.reply_features`) equal their estimate from the pool's reference
-   sample. What calibration cannot reach within the bounds is the residual, reported.
+   sample, as closely as the bounds allow while the exact totals hold. What calibration
+   cannot reach within the bounds is the residual, reported.
 
 The unit of ``weight`` is corpus rows: a source's weights sum to its row count, so across
 sources they are comparable as they are.
@@ -167,6 +168,7 @@ def calibrate(
     x: np.ndarray,
     targets: np.ndarray,
     *,
+    exact: int | None = None,
     bounds: tuple[float, float] = CALIBRATION_BOUNDS,
     iterations: int = 50,
 ) -> Calibration:
@@ -174,10 +176,17 @@ def calibrate(
     calibration: Deville and Särndal's truncated linear distance; items that would leave
     ``bounds * design`` are fixed at the bound and the rest solved again).
 
+    When the bounds leave no exact solution and ``exact`` is given, the first ``exact``
+    constraints are kept exact and the others come as close as the bounds allow (a weighted
+    least-squares compromise), instead of all of them missing alike: a few items cannot always
+    meet every estimated share, and what they can meet is still worth having.
+
     Args:
         design: Design weights (> 0), one per item.
         x: ``(items, constraints)`` auxiliary values.
         targets: The corpus totals of the constraints.
+        exact: How many leading constraints must hold exactly when not all can (None: all
+            are alike).
         bounds: Allowed ratio of calibrated to design weight.
         iterations: At most this many re-solves.
 
@@ -192,6 +201,60 @@ def calibrate(
     xs = np.asarray(x, dtype=np.float64) / scale  # conditioned: every target is +-1 or 0
     ts = t / scale
     lo, hi = d * bounds[0], d * bounds[1]
+    w = _linear(d, xs, ts, lo, hi, iterations)
+    if np.abs(xs.T @ w - ts).max() > 1e-9:
+        w = _compromise(d, xs, ts, lo, hi, w, exact, iterations)
+    got = xs.T @ w
+    residual = tuple(
+        float(round(g - v, 9)) if v == 0 else float(round((g - v) / abs(v), 9))
+        for g, v in zip(got, ts, strict=True)
+    )
+    at_bound = int(np.count_nonzero(np.isclose(w, lo) | np.isclose(w, hi)))
+    return Calibration(weights=w, residual=residual, bounded=at_bound)
+
+
+#: How much more an exact constraint counts than an estimated one in the compromise.
+_STIFFNESS = 1e3
+
+
+def _compromise(
+    d: np.ndarray,
+    xs: np.ndarray,
+    ts: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    w: np.ndarray,
+    exact: int | None,
+    iterations: int,
+) -> np.ndarray:
+    """The bounds bind: the weights within them whose totals come closest (least squares, the
+    first ``exact`` constraints much stiffer, held near the design by a small ridge), then the
+    exact ones met by a last linear step; the exact constraints alone when that fails."""
+    from scipy.optimize import lsq_linear
+
+    m = xs.shape[1]
+    k = m if exact is None else min(exact, m)
+    stiff = np.where(np.arange(m) < k, _STIFFNESS, 1.0) if k < m else np.ones(m)
+    ridge = 1e-3 / np.sqrt(d.shape[0])
+    a = np.vstack([xs.T * stiff[:, None], ridge * np.diag(1.0 / d)])
+    b = np.concatenate([ts * stiff, np.full(d.shape[0], ridge)])
+    best = lsq_linear(a, b, bounds=(lo, hi)).x
+    if k == m:
+        return best if np.abs(xs.T @ best - ts).max() < np.abs(xs.T @ w - ts).max() else w
+    # the exact constraints, met from the compromise by the smallest linear step
+    polished = _linear(best, xs[:, :k], ts[:k], lo, hi, iterations)
+    if np.abs(xs[:, :k].T @ polished - ts[:k]).max() <= 1e-9:
+        return polished
+    alone = _linear(d, xs[:, :k], ts[:k], lo, hi, iterations)
+    if np.abs(xs[:, :k].T @ alone - ts[:k]).max() <= 1e-9:
+        return alone
+    return _compromise(d, xs[:, :k], ts[:k], lo, hi, alone, None, iterations)
+
+
+def _linear(
+    d: np.ndarray, xs: np.ndarray, ts: np.ndarray, lo: np.ndarray, hi: np.ndarray, iterations: int
+) -> np.ndarray:
+    """Truncated linear calibration from ``d`` within ``[lo, hi]`` (may miss the targets)."""
     w = d.copy()
     free = np.ones(d.shape[0], dtype=bool)
     for _ in range(iterations):
@@ -207,22 +270,4 @@ def calibrate(
             break
         w = np.clip(w, lo, hi)
         free &= ~out
-    w = np.clip(w, lo, hi)
-    if np.abs(xs.T @ w - ts).max() > 1e-9:
-        # the bounds bind: the weights within them whose totals come closest (least squares),
-        # held near the design by a small ridge
-        from scipy.optimize import lsq_linear
-
-        ridge = 1e-3 / np.sqrt(d.shape[0])
-        a = np.vstack([xs.T, ridge * np.diag(1.0 / d)])
-        b = np.concatenate([ts, np.full(d.shape[0], ridge)])
-        best = lsq_linear(a, b, bounds=(lo, hi)).x
-        if np.abs(xs.T @ best - ts).max() < np.abs(xs.T @ w - ts).max():
-            w = best
-    got = xs.T @ w
-    residual = tuple(
-        float(round(g - v, 9)) if v == 0 else float(round((g - v) / abs(v), 9))
-        for g, v in zip(got, ts, strict=True)
-    )
-    at_bound = int(np.count_nonzero(np.isclose(w, lo) | np.isclose(w, hi)))
-    return Calibration(weights=w, residual=residual, bounded=at_bound)
+    return np.clip(w, lo, hi)

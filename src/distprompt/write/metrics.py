@@ -203,6 +203,13 @@ class Metrics:
             share of rows. It isolates the selection from the allocation (which gives suite and
             random the same source mix), so the overall length verdict rests on it.
         ks_response_within: Overall only: the same for ``ks_response``.
+        ks_prompt_weighted_within: Overall only: the same for ``ks_prompt_weighted``.
+        ks_response_weighted_within: Overall only: the same for ``ks_response_weighted``.
+
+    A suite is used with its item weights (corpus rows each stands for; a sampling design
+    gives long replies more than their share of items and less weight each), a uniform random
+    sample with equal weights: the length verdict compares the suite's weighted KS with the
+    random samples' plain one.
     """
 
     ks_prompt: float | None = None
@@ -213,6 +220,8 @@ class Metrics:
     represented_share: float | None = None
     ks_prompt_within: float | None = None
     ks_response_within: float | None = None
+    ks_prompt_weighted_within: float | None = None
+    ks_response_weighted_within: float | None = None
 
     def to_dict(self) -> dict[str, float | None]:
         return {f.name: rounded(getattr(self, f.name)) for f in fields(self)}
@@ -486,4 +495,6 @@ def pooled_metrics(
         represented_share=sum(s.represented for _, s, _ in parts) / cands if cands else None,
         ks_prompt_within=_within(per_source, row_share, "ks_prompt"),
         ks_response_within=_within(per_source, row_share, "ks_response"),
+        ks_prompt_weighted_within=_within(per_source, row_share, "ks_prompt_weighted"),
+        ks_response_weighted_within=_within(per_source, row_share, "ks_response_weighted"),
     )

@@ -388,9 +388,9 @@ _HEAD = (
     "cands",
     "items",
     "share corpus / target / suite",
-    "prompt KS suite / random",
-    "first reply (max_tokens) KS suite / random",
-    "weighted KS prompt / first reply",
+    "prompt KS suite (weighted) / random",
+    "first reply (max_tokens) KS suite (weighted) / random",
+    "suite unweighted KS prompt / first reply",
     "mean distance suite / random",
     "represented suite / random",
     "coverage",
@@ -405,10 +405,11 @@ def _f(v: Any, pct: bool = False) -> str:
 
 
 def _ks(s: Mapping[str, Any], r: Mapping[str, Any], key: str) -> str:
-    # Overall: the within-source mean (the verdict's basis), then the pooled figure, which
-    # also reflects the allocation (the same for suite and random).
-    within = s.get(f"ks_{key}_within")
-    plain = f"{_f(s.get(f'ks_{key}'))} / {_f(r.get(f'ks_{key}'))}"
+    # The suite with its item weights against random samples with equal ones (the verdict's
+    # basis). Overall: the within-source mean, then the pooled figure, which also reflects the
+    # allocation (the same for suite and random).
+    within = s.get(f"ks_{key}_weighted_within")
+    plain = f"{_f(s.get(f'ks_{key}_weighted'))} / {_f(r.get(f'ks_{key}'))}"
     if within is None:
         return plain
     return f"{_f(within)} / {_f(r.get(f'ks_{key}_within'))} (pooled {plain})"
@@ -425,7 +426,7 @@ def _row(name: str, figs: Mapping[str, Any]) -> list[str]:
         " / ".join(_f(share[k], True) for k in ("corpus", "target", "achieved")) if share else "",
         _ks(s, r, "prompt"),
         _ks(s, r, "response"),
-        f"{_f(s.get('ks_prompt_weighted'))} / {_f(s.get('ks_response_weighted'))}",
+        f"{_f(s.get('ks_prompt'))} / {_f(s.get('ks_response'))}",
         f"{_f(s.get('mean_distance'))} / {_f(r.get('mean_distance'))}",
         f"{_f(s.get('represented_share'), True)} / {_f(r.get('represented_share'), True)}",
         str(figs.get("coverage", "")),

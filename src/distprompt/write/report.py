@@ -224,14 +224,17 @@ def _coverage_verdict(suite: Metrics, rnd: Metrics) -> str:
 
 
 def _length_verdict(suite: Metrics, rnd: Metrics) -> str:
+    # the suite as it is used, with its item weights, against uniform random samples as they
+    # are used, with equal weights (the sampling design gives long replies more items and less
+    # weight each: unweighted, its lengths look too long by design)
     pairs = [
-        (suite.ks_prompt, rnd.ks_prompt),
-        (suite.ks_response, rnd.ks_response),
+        (suite.ks_prompt_weighted, rnd.ks_prompt),
+        (suite.ks_response_weighted, rnd.ks_response),
     ]
     if suite.ks_prompt_within is not None:  # overall: judge the selection, not the allocation
         pairs = [
-            (suite.ks_prompt_within, rnd.ks_prompt_within),
-            (suite.ks_response_within, rnd.ks_response_within),
+            (suite.ks_prompt_weighted_within, rnd.ks_prompt_within),
+            (suite.ks_response_weighted_within, rnd.ks_response_within),
         ]
     if any(a is None or b is None for a, b in pairs):
         return "n/a"
@@ -270,8 +273,9 @@ def _summary(overall_suite: Metrics, overall_random: Metrics, sources: Mapping[s
         f"{head} (median of {N_RANDOM} seeds): mean distance to nearest item "
         f"{f(s.mean_distance)} vs {f(r.mean_distance)}, clusters represented "
         f"{f(s.represented_share, True)} vs {f(r.represented_share, True)}; prompt-length KS "
-        f"{f(s.ks_prompt_within)} vs {f(r.ks_prompt_within)}, first-reply (max_tokens) KS "
-        f"{f(s.ks_response_within)} vs {f(r.ks_response_within)} (within sources, mean weighted "
+        f"{f(s.ks_prompt_weighted_within)} vs {f(r.ks_prompt_within)}, first-reply (max_tokens) "
+        f"KS {f(s.ks_response_weighted_within)} vs {f(r.ks_response_within)} (the suite with "
+        f"its item weights, random samples with equal ones; within sources, mean weighted "
         f"by rows); per source, coverage better in "
         f"{sum(v == 'better' for v in cov_src)}/{len(cov_src)}, lengths no worse in "
         f"{sum(v != 'worse' for v in len_src)}/{len(len_src)}."

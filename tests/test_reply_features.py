@@ -1,0 +1,71 @@
+"""The reply features of the pass (records.reply_features) against their definitions, written
+out plainly: per reply token, whether the bigram / 4-gram ending at it occurred earlier in the
+prompt's last 32k tokens or earlier in the reply, and the reply's distinct tokens."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from distprompt import records
+from distprompt.records import REPLY_FEATURES, reply_features
+
+
+def _plain(prompt: list[int], reply: list[int], tail: int = 32768) -> list[float]:
+    ctx = prompt[-tail:] + reply
+    start = len(ctx) - len(reply)
+    out = []
+    for n in (2, 4):
+        hit = 0
+        for t in range(start, len(ctx)):
+            if t - n + 1 < 0:
+                continue
+            gram = ctx[t - n + 1 : t + 1]
+            if any(ctx[j - n + 1 : j + 1] == gram for j in range(n - 1, t)):
+                hit += 1
+        out.append(hit / len(reply))
+    out.append(len(set(reply)) / len(reply))
+    return out
+
+
+ids = st.lists(st.integers(0, 6), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ids, ids.filter(bool))
+def test_features_follow_their_definition(prompt: list[int], reply: list[int]) -> None:
+    got = reply_features(np.array(prompt, dtype=np.int32), np.array(reply, dtype=np.int32))
+    assert got.dtype == np.uint16 and got.shape == (len(REPLY_FEATURES),)
+    want = _plain(prompt, reply)
+    assert np.allclose(got / 65535, want, atol=1 / 65535)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ids, ids.filter(bool))
+def test_the_stable_sort_path_agrees(prompt: list[int], reply: list[int]) -> None:
+    # replies too long to pack their positions under the hashes take a stable argsort
+    fast = reply_features(np.array(prompt), np.array(reply))
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(records, "_POS_BITS", 2)
+        m.setattr(records, "_HASH_MASK", np.uint64(~3 & 0xFFFF_FFFF_FFFF_FFFF))
+        slow = reply_features(np.array(prompt), np.array(reply))
+    assert fast.tolist() == slow.tolist()
+
+
+def test_only_the_prompts_last_32k_tokens_are_searched() -> None:
+    reply = np.array([900_001, 900_002, 900_003, 900_004])
+    far = np.concatenate([reply, np.arange(40_000)])  # the copy is 40k tokens back
+    near = np.concatenate([np.arange(40_000), reply])
+    assert reply_features(far, reply)[:2].tolist() == [0, 0]
+    # 3 of 4 bigrams and 1 of 4 4-grams ending in the reply were seen (the first spans the seam)
+    assert reply_features(near, reply)[:2].tolist() == [49151, 16384]
+
+
+def test_a_measured_reply_never_reads_as_unmeasured() -> None:
+    # all 65535 marks a candidate whose reply was not measured (read.scan)
+    reply = np.array([7, 8, 9])
+    got = reply_features(np.array([1, 7, 8, 9]), reply)
+    assert got.tolist() != [65535] * len(REPLY_FEATURES)
+    assert reply_features(np.array([1, 2]), np.array([], dtype=np.int32)).tolist() == [0, 0, 0]
