@@ -770,6 +770,12 @@ def _checks_differ(used: Checks, real: Checks, tok: Any) -> str:
     ):
         if a != b:
             out.append(f"{what} {list(a)} {show_ids(tok, a)!r} vs {list(b)} {show_ids(tok, b)!r}")
+    for what, alts, real_alts in (
+        ("layout openings", used.starts, real.starts),
+        ("layout generation prompts", used.gens, real.gens),
+    ):
+        if alts != real_alts:
+            out.append(f"{what} {[list(a) for a in alts]} vs {[list(b) for b in real_alts]}")
     if used.template_note != real.template_note:
         out.append(f"template note {used.template_note!r} vs {real.template_note!r}")
     return "; ".join(out)

@@ -10,11 +10,12 @@ candidate pool the pass keeps anyway), so both commands give the same verdict an
   row at all is inside the vocabulary. Otherwise the other two checks, run on the valid rows,
   decide: a few corrupt rows are not a wrong tokenizer;
 * ``template_markers`` — the markers the chat template puts in every prompt are in every prompt:
-  the ids common to the start of every rendered probe conversation (e.g. ``<|im_start|>`` or a BOS
-  token) open each prompt, and the generation prompt (what ``add_generation_prompt`` appends,
-  e.g. ``<|im_start|>assistant\\n``) occurs in each prompt. Both are learned by rendering probe
-  conversations through the tokenizer's own template (:func:`learn_markers`), so nothing is model
-  specific;
+  each prompt opens as one of the template's layouts opens (e.g. ``<|im_start|>``, a BOS token,
+  or Mistral's ``<s>[INST]`` and, with tools, ``<s>[AVAILABLE_TOOLS]``), and holds the generation
+  prompt (what ``add_generation_prompt`` appends, e.g. ``<|im_start|>assistant\\n``). Both are
+  learned by rendering probe conversations in every layout (with and without a system prompt
+  and tools, tool calls with ids and their results, reasoning, several turns) through the
+  tokenizer's own template (:func:`learn_layouts`), so nothing is model specific;
 * ``round_trip`` — decoded prompts of a uniform sample re-encode to the same ids.
 
 The marker check runs inside the corpus pass (:class:`RowCheck` checks each valid row, and the
@@ -32,6 +33,7 @@ The outcome is a :class:`Check` per check in the :class:`TokenizerFigures`;
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,8 +51,10 @@ __all__ = [
     "ROUND_TRIP_SAMPLE",
     "Check",
     "Checks",
+    "Markers",
     "RowCheck",
     "TokenizerFigures",
+    "learn_layouts",
     "learn_markers",
     "prepare_checks",
     "row_problem",
@@ -70,17 +74,79 @@ MIN_ROUND_TRIP = 0.5
 #: Prompts per source decoded and re-encoded by the round-trip check.
 ROUND_TRIP_SAMPLE = 64
 
-_PROBES: tuple[tuple[dict[str, str], ...], ...] = (
-    ({"role": "user", "content": "Hello there, how are you?"},),
-    (
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "What is 2 + 2?"},
-    ),
-    (
-        {"role": "user", "content": "Hi"},
-        {"role": "assistant", "content": "Hello! What can I do?"},
-        {"role": "user", "content": "Name a colour."},
-    ),
+# Contents of the layout probes, one set a variant: each layout is rendered three times with
+# contents that differ from their first character (a space, a newline), so the ids all three
+# renders open with are the template's own, not a token the content merged into.
+_TEXTS = (
+    ("Be brief.", "Hello there, how are you?", "Hello! What can I do?", "Name a colour."),
+    (" Answer in French.", " 42 apples, please.", " Sure: which ones?", " Two of them."),
+    ("\n\nYou are a careful agent.", "\n\nZürich — Wetter?", "\n\nIch sehe nach.", "\n\nDanke."),
+)
+_TOOL_NAMES = (("get_weather", "search_code"), ("run_sql", "open_file"), ("list_dir", "fetch_url"))
+# Nine letters and digits: templates that print call ids may insist on a length (Mistral's 9).
+_CALL_IDS = ("a1b2c3d4e", "Zx9Yw8Vu7", "k3M5n7P9q")
+
+
+def _layout_probes(
+    v: int, *, as_string: bool = False
+) -> list[tuple[str, list[dict[str, Any]], Any]]:
+    """``(name, messages, tools)`` of every layout probe, in content variant ``v``."""
+    sys_text, u1, a1, u2 = _TEXTS[v]
+    sys = {"role": "system", "content": sys_text}
+    user, asst, user2 = (
+        {"role": "user", "content": u1},
+        {"role": "assistant", "content": a1},
+        {"role": "user", "content": u2},
+    )
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": f"{u1.strip()} {name}",
+                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+            },
+        }
+        for name in _TOOL_NAMES[v]
+    ]
+    name = _TOOL_NAMES[v][0]
+    args: Any = {"q": u2.strip()}
+    call = {
+        "id": _CALL_IDS[v],
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args) if as_string else args},
+    }
+    result = {
+        "role": "tool",
+        "tool_call_id": _CALL_IDS[v],
+        "name": name,
+        "content": json.dumps({"ok": True, "text": a1.strip()}),
+    }
+    calls = {"role": "assistant", "content": "", "tool_calls": [call]}
+    reasoned = {"role": "assistant", "content": a1, "reasoning_content": u2.strip()}
+    reasoned_call = {**calls, "reasoning_content": a1.strip()}
+    return [
+        ("user", [user], None),
+        ("system_user", [sys, user], None),
+        ("multi_turn", [user, asst, user2], None),
+        ("system_multi_turn", [sys, user, asst, user2], None),
+        ("tools_user", [user], tools),
+        ("tools_system_user", [sys, user], tools),
+        ("tools_multi_turn", [user, asst, user2], tools),
+        ("tools_system_multi_turn", [sys, user, asst, user2], tools),
+        ("tool_call_result", [user, calls, result], tools),
+        ("system_tool_call_result", [sys, user, calls, result], tools),
+        ("tool_call_then_user", [user, calls, result, asst, user2], tools),
+        ("reasoning_multi_turn", [user, reasoned, user2], None),
+        ("reasoning_tool_call", [user, reasoned_call, result], tools),
+    ]
+
+
+#: The plain conversations every chat template must render (the rest of the layouts may be
+#: refused: a template without tools or a system role simply has no such layout).
+_BASE_LAYOUTS = ("user", "system_user", "multi_turn")
+_PROBES: tuple[tuple[dict[str, str], ...], ...] = tuple(
+    tuple(msgs) for name, msgs, _ in _layout_probes(0) if name in _BASE_LAYOUTS
 )
 
 
@@ -160,8 +226,11 @@ class TokenizerFigures:
         }
 
 
-def _render(tok: Any, messages: Sequence[dict[str, str]], *, gen: bool) -> list[int]:
-    out = tok.apply_chat_template(list(messages), tokenize=True, add_generation_prompt=gen)
+def _render(
+    tok: Any, messages: Sequence[Mapping[str, Any]], *, gen: bool, tools: Any = None
+) -> list[int]:
+    kw = {"tools": tools} if tools else {}
+    out = tok.apply_chat_template(list(messages), tokenize=True, add_generation_prompt=gen, **kw)
     if hasattr(out, "keys"):  # transformers 5 returns a BatchEncoding
         out = out["input_ids"]
     return [int(i) for i in out]
@@ -180,79 +249,204 @@ def _common_prefix(seqs: Sequence[Sequence[int]]) -> list[int]:
     return out
 
 
-def learn_markers(
-    tokenizer: Any, *, strict: bool = False
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Learn, from the chat template, the ids every prompt starts with and the generation prompt.
+@dataclass(frozen=True, slots=True)
+class Markers:
+    """The markers learned from the layouts a chat template renders (:func:`learn_layouts`).
 
-    Probe conversations (user only, system + user, a multi-turn chat) are rendered with and
-    without ``add_generation_prompt``. The start markers are the ids common to the start of every
-    render; the generation prompt is what ``add_generation_prompt`` appends, when it is the same
-    for every probe.
+    Attributes:
+        start: Ids every layout's prompt starts with (the common start of ``starts``).
+        gen: The generation prompt, when every layout appends the same one (else empty).
+        starts: How each layout opens, up to its last template marker before any content;
+            a prompt opens with one of them (only those no other one is a start of are kept).
+        gens: The generation prompts of the layouts, when they differ: a prompt holds one.
+        layouts: The probe layouts the template rendered, by name.
+    """
+
+    start: tuple[int, ...]
+    gen: tuple[int, ...]
+    starts: tuple[tuple[int, ...], ...]
+    gens: tuple[tuple[int, ...], ...]
+    layouts: tuple[str, ...]
+
+
+def _added_ids(tok: Any) -> set[int]:
+    decoder = getattr(tok, "added_tokens_decoder", None) or {}
+    return {int(i) for i in decoder}
+
+
+def _opening(renders: Sequence[Sequence[int]], added: set[int]) -> tuple[int, ...]:
+    """The ids a layout opens with whatever its contents: the common start of its renders,
+    cut after the last added token (a template marker) when there is one, so text the
+    template writes after its marker (a tool list, a role name) is not asked of every row."""
+    common = _common_prefix(renders)
+    for i in range(len(common) - 1, -1, -1):
+        if common[i] in added:
+            return tuple(common[: i + 1])
+    return tuple(common)
+
+
+def _holds(ids: Sequence[int], part: Sequence[int]) -> bool:
+    m = len(part)
+    return any(list(ids[i : i + m]) == list(part) for i in range(len(ids) - m + 1))
+
+
+def _minimal(alts: set[tuple[int, ...]]) -> tuple[tuple[int, ...], ...]:
+    """The alternatives no other one is a start of (a row opening with a longer one opens with
+    the shorter one too)."""
+    out = [a for a in alts if not any(b != a and a[: len(b)] == b for b in alts)]
+    return tuple(sorted(out))
+
+
+_CALL_LAYOUTS = ("tool_call_result", "system_tool_call_result", "tool_call_then_user")
+
+
+def _render_layout(
+    tok: Any, name: str, *, strict: bool, errors: list[str]
+) -> tuple[list[list[int]], list[list[int]]] | None:
+    """``(with generation prompt, without)`` renders of the three variants of a layout, or
+    None when the template refuses it (tool-call arguments tried as a dict, then a string)."""
+    calls = name in _CALL_LAYOUTS or name == "reasoning_tool_call"
+    for as_string in (False, True) if calls else (False,):
+        try:
+            on, off = [], []
+            for v in range(len(_TEXTS)):
+                probe = next(p for p in _layout_probes(v, as_string=as_string) if p[0] == name)
+                on.append(_render(tok, probe[1], gen=True, tools=probe[2]))
+                off.append(_render(tok, probe[1], gen=False, tools=probe[2]))
+            return on, off
+        except Exception as exc:  # templates raise anything (jinja, ValueError, ...)
+            if name in _BASE_LAYOUTS:
+                if strict:
+                    raise TemplateError(
+                        f"expected a chat template that renders simple conversations, found "
+                        f"{type(exc).__name__}: {exc}"
+                    ) from exc
+                errors.append(f"{type(exc).__name__}: {exc}")
+            logger.debug("layout probe %s refused by the template: %s", name, exc)
+    return None
+
+
+def _names() -> list[str]:
+    return [name for name, _, _ in _layout_probes(0)]
+
+
+def learn_layouts(tokenizer: Any, *, strict: bool = False) -> Markers:
+    """Learn how every layout of the chat template opens and asks for a reply.
+
+    Layout probes (user only; with a system prompt; multi-turn; with tool definitions, with
+    and without a system prompt, in one and several turns; a tool call with its id and the tool
+    result; reasoning) are rendered through the tokenizer's own template, each in three content
+    variants, with and without ``add_generation_prompt``. How a layout opens is the ids its
+    three renders share at the start, up to the last template marker (added token) among them;
+    a prompt must open as one of the layouts does. The generation prompt is what
+    ``add_generation_prompt`` appends; when layouts append different ones, a prompt must hold
+    one of them; when a layout's render holds none of them the template has none to check.
 
     Args:
         tokenizer: Anything with a ``chat_template`` and ``apply_chat_template(messages,
-            tokenize=True, add_generation_prompt=...)``: a ``transformers`` tokenizer or a
-            :class:`~distprompt.recover.light.LightTokenizer`.
-        strict: Raise on the first probe the template fails to render (else such a probe is
-            left out, and only none rendering raises).
+            tokenize=True, add_generation_prompt=..., tools=...)``: a ``transformers``
+            tokenizer or a :class:`~distprompt.recover.light.LightTokenizer`.
+        strict: Raise on the first plain conversation (user; system and user; multi-turn) the
+            template fails to render (else such a probe is left out, and only none rendering
+            raises). Other layouts a template refuses are always left out.
 
     Raises:
-        TemplateError: No chat template, or it renders none of the probes (with ``strict``:
-            fails on one).
+        TemplateError: No chat template, or it renders none of the plain conversations (with
+            ``strict``: fails on one).
+
+    Example:
+        >>> markers = learn_layouts(tok)  # doctest: +SKIP
+        >>> [tok.decode(list(s)) for s in markers.starts]  # doctest: +SKIP
+        ['<s>[AVAILABLE_TOOLS]', '<s>[INST]']
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        raise TemplateError("expected a tokenizer with a chat template, found none")
+    added = _added_ids(tokenizer)
+    errors: list[str] = []
+    openings: set[tuple[int, ...]] = set()
+    suffixes: list[tuple[int, ...]] = []
+    renders: list[list[int]] = []
+    layouts: list[str] = []
+    for name in _names():
+        got = _render_layout(tokenizer, name, strict=strict, errors=errors)
+        if got is None:
+            continue
+        on, off = got
+        layouts.append(name)
+        openings.add(_opening(on, added))
+        renders.extend(on)
+        for a, b in zip(on, off, strict=True):
+            suffixes.append(tuple(a[len(_common_prefix([a, b])) :]))
+    if not any(n in layouts for n in _BASE_LAYOUTS):
+        raise TemplateError(
+            "expected a chat template that renders simple conversations, found errors: "
+            + "; ".join(errors[:2])
+        )
+    starts = _minimal(openings) if len(renders) > 1 else ()
+    start = tuple(_common_prefix(starts)) if starts else ()
+    # A layout whose render holds none of the generation prompts (some templates append none
+    # after a tool result) leaves the check without a marker every prompt holds.
+    gens = tuple(sorted({g for g in suffixes if g}))
+    if not all(any(_holds(r, g) for g in gens) for r in renders):
+        gens = ()
+    gen = gens[0] if len(gens) == 1 else ()
+    return Markers(
+        start=start,
+        gen=gen,
+        starts=starts if len(starts) > 1 else (),
+        gens=gens if len(gens) > 1 else (),
+        layouts=tuple(layouts),
+    )
+
+
+def learn_markers(
+    tokenizer: Any, *, strict: bool = False
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The ids every prompt starts with and the generation prompt (:func:`learn_layouts`).
 
     Example:
         >>> start, gen = learn_markers(tok)  # doctest: +SKIP
         >>> tok.decode(list(gen))  # doctest: +SKIP
         '<|im_start|>assistant\\n'
     """
-    if not getattr(tokenizer, "chat_template", None):
-        raise TemplateError("expected a tokenizer with a chat template, found none")
-    with_gen: list[list[int]] = []
-    suffixes: list[tuple[int, ...]] = []
-    errors: list[str] = []
-    for probe in _PROBES:
-        try:
-            a = _render(tokenizer, probe, gen=True)
-            b = _render(tokenizer, probe, gen=False)
-        except Exception as exc:  # templates raise anything (jinja, ValueError, ...)
-            if strict:
-                raise TemplateError(
-                    f"expected a chat template that renders simple conversations, found "
-                    f"{type(exc).__name__}: {exc}"
-                ) from exc
-            errors.append(f"{type(exc).__name__}: {exc}")
-            continue
-        with_gen.append(a)
-        common = len(_common_prefix([a, b]))
-        suffixes.append(tuple(a[common:]))
-    if not with_gen:
-        raise TemplateError(
-            "expected a chat template that renders simple conversations, found errors: "
-            + "; ".join(errors[:2])
-        )
-    start = tuple(_common_prefix(with_gen)) if len(with_gen) > 1 else ()
-    gen = suffixes[0] if suffixes and all(s == suffixes[0] for s in suffixes) else ()
-    return start, gen
+    m = learn_layouts(tokenizer, strict=strict)
+    return m.start, m.gen
 
 
 @dataclass(frozen=True, slots=True)
 class RowCheck:
     """The marker check of each valid row, run inside the pass (picklable for worker processes).
 
-    Ids outside the vocabulary are not checked here: the pass makes such a row a bad row
-    (``id_out_of_vocab``) before it reaches this check. The markers are compared as the bytes
-    of int64 arrays (one ``bytes`` compare or search a row, no numpy call on the hot path).
+    A row must open with ``start`` and, when the template's layouts open differently, with one
+    of ``starts``; it must hold ``gen`` or, when the layouts ask for a reply differently, one of
+    ``gens`` (:class:`Markers`). Ids outside the vocabulary are not checked here: the pass makes
+    such a row a bad row (``id_out_of_vocab``) before it reaches this check. The markers are
+    compared as the bytes of int64 arrays (one ``bytes`` compare or search a row, no numpy call
+    on the hot path).
     """
 
     start: tuple[int, ...]
     gen: tuple[int, ...]
+    starts: tuple[tuple[int, ...], ...] = ()
+    gens: tuple[tuple[int, ...], ...] = ()
     _start: bytes = field(init=False, repr=False, compare=False)
     _gen: bytes = field(init=False, repr=False, compare=False)
+    _starts: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
+    _gens: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_start", np.asarray(self.start, dtype=np.int64).tobytes())
-        object.__setattr__(self, "_gen", np.asarray(self.gen, dtype=np.int64).tobytes())
+        def raw(ids: Sequence[int]) -> bytes:
+            return np.asarray(ids, dtype=np.int64).tobytes()
+
+        object.__setattr__(self, "_start", raw(self.start))
+        object.__setattr__(self, "_gen", raw(self.gen))
+        object.__setattr__(self, "_starts", tuple(raw(s) for s in self.starts if s))
+        object.__setattr__(self, "_gens", tuple(raw(g) for g in self.gens if g))
+
+    @classmethod
+    def of(cls, markers: Markers) -> RowCheck:
+        """The row check of learned markers."""
+        return cls(markers.start, markers.gen, markers.starts, markers.gens)
 
     def __call__(self, row: RowView) -> list[str]:
         out: list[str] = []
@@ -261,7 +455,12 @@ class RowCheck:
             prompt = prompt.astype(np.int64)
         if self.start and prompt[: len(self.start)].tobytes() != self._start:
             out.append("template_start_missing")  # shorter than the marker included
-        if self.gen and not _contains(prompt, self._gen):
+        elif self._starts and not any(prompt[: len(s) // 8].tobytes() == s for s in self._starts):
+            out.append("template_start_missing")
+        if self.gen:
+            if not _contains(prompt, self._gen):
+                out.append("generation_prompt_missing")
+        elif self._gens and not any(_contains(prompt, g) for g in self._gens):
             out.append("generation_prompt_missing")
         return out
 
@@ -288,6 +487,19 @@ def show_ids(tok: Any, ids: Sequence[int]) -> str:
     from distprompt.recover.decode import decode
 
     return decode(tok, list(ids)) if ids else ""
+
+
+def show_markers(tok: Any, one: Sequence[int], alternatives: Sequence[Sequence[int]]) -> str:
+    """The text of a marker, or of its alternatives joined by `` | ``."""
+    if alternatives:
+        return " | ".join(show_ids(tok, a) for a in alternatives)
+    return show_ids(tok, one)
+
+
+def _quoted(tok: Any, one: Sequence[int], alternatives: Sequence[Sequence[int]]) -> str:
+    if alternatives:
+        return "(" + " or ".join(repr(show_ids(tok, a)) for a in alternatives) + ")"
+    return repr(show_ids(tok, one))
 
 
 def count_round_trips(
@@ -399,6 +611,11 @@ def row_problem(figures: TokenizerFigures, part: Any) -> DataError | None:
     rows, checked = sum(held.tally.skipped.values()), sum(_marker_rows(part)[1].values())
     if reason == "template_start_missing":
         expected = f"start with the chat template's start marker {figures.start_markers!r}"
+        if " | " in figures.start_markers:
+            expected = (
+                "start as one of the chat template's layouts does "
+                f"({figures.start_markers.replace(' | ', ' or ')})"
+            )
     else:
         expected = f"contain the generation prompt {figures.generation_prompt!r}"
     return DataError(
@@ -439,6 +656,9 @@ def tokenizer_checks(
     gen: Sequence[int],
     template_note: str,
     round_trips: Mapping[str, tuple[int, int, str | None]],
+    *,
+    starts: Sequence[Sequence[int]] = (),
+    gens: Sequence[Sequence[int]] = (),
 ) -> tuple[Check, ...]:
     """The three checks, from the pass's counts (``part``) and the round trips per source.
 
@@ -450,7 +670,7 @@ def tokenizer_checks(
     vocab = _vocab_check(part, total_rows, vocab_size)
     if total_rows == 0:
         markers = Check("template_markers", None, 0, 0, None, {}, "not run: no valid row")
-    elif template_note or (not start and not gen):
+    elif template_note or not (start or gen or starts or gens):
         markers = Check(
             "template_markers",
             None,
@@ -462,10 +682,10 @@ def tokenizer_checks(
         )
     else:
         parts = []
-        if start:
-            parts.append(f"start marker {show_ids(tok, start)!r}")
-        if gen:
-            parts.append(f"generation prompt {show_ids(tok, gen)!r}")
+        if start or starts:
+            parts.append(f"start marker {_quoted(tok, start, starts)}")
+        if gen or gens:
+            parts.append(f"generation prompt {_quoted(tok, gen, gens)}")
         markers = _rows_check("template_markers", part, " or ".join(parts) + " missing")
     ok = sum(r[0] for r in round_trips.values())
     n = sum(r[1] for r in round_trips.values())
@@ -500,6 +720,8 @@ class Checks:
         gen: The generation prompt every prompt contains (may be empty).
         template_note: Why the markers could not be learned ("" when they were).
         row_check: The per-row marker check for the pass (``scan(check=...)``).
+        starts: How the template's layouts open, when they differ (:class:`Markers`).
+        gens: The layouts' generation prompts, when they differ.
     """
 
     vocab_size: int
@@ -507,6 +729,21 @@ class Checks:
     gen: tuple[int, ...]
     template_note: str
     row_check: RowCheck
+    starts: tuple[tuple[int, ...], ...] = ()
+    gens: tuple[tuple[int, ...], ...] = ()
+
+    @classmethod
+    def of(cls, vocab_size: int, markers: Markers) -> Checks:
+        """The checks of learned markers."""
+        return cls(
+            vocab_size,
+            markers.start,
+            markers.gen,
+            "",
+            RowCheck.of(markers),
+            markers.starts,
+            markers.gens,
+        )
 
 
 def prepare_checks(tok: Any, vocab_size: int) -> Checks:
@@ -516,14 +753,10 @@ def prepare_checks(tok: Any, vocab_size: int) -> Checks:
         >>> checks = prepare_checks(tok, tinfo.vocab_size)  # doctest: +SKIP
         >>> part = scan(shards, check=checks.row_check, ...)  # doctest: +SKIP
     """
-    start: tuple[int, ...] = ()
-    gen: tuple[int, ...] = ()
-    note = ""
     try:
-        start, gen = learn_markers(tok)
+        return Checks.of(vocab_size, learn_layouts(tok))
     except TemplateError as exc:
-        note = str(exc)
-    return Checks(vocab_size, start, gen, note, RowCheck(start=start, gen=gen))
+        return Checks(vocab_size, (), (), str(exc), RowCheck(start=(), gen=()))
 
 
 def run_checks(
@@ -570,8 +803,8 @@ def run_checks(
         name=name,
         vocab_size=checks.vocab_size,
         has_chat_template=has_chat_template,
-        start_markers=show_ids(tok, checks.start),
-        generation_prompt=show_ids(tok, checks.gen),
+        start_markers=show_markers(tok, checks.start, checks.starts),
+        generation_prompt=show_markers(tok, checks.gen, checks.gens),
         checks=tokenizer_checks(
             part,
             total_rows,
@@ -581,6 +814,8 @@ def run_checks(
             checks.gen,
             checks.template_note,
             round_trips,
+            starts=checks.starts,
+            gens=checks.gens,
         ),
     )
     return figures, round_trips

@@ -1,0 +1,135 @@
+"""Every layout a chat template renders is trusted (issue 27): the tokenizer checks learn how each
+layout opens and asks for a reply from probe renders, accept every one of them, and still refuse
+a tokenizer of another family.
+
+The templates are ours, written from public chat formats (``tests/layouts.py``); nothing in
+distprompt knows them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from distprompt import inspect_corpus
+from distprompt.cli import main
+from distprompt.recover.checks import RowCheck, learn_layouts, prepare_checks
+from distprompt.recover.decode import load_tokenizer
+from distprompt.recover.light import light_checks
+from layouts import LAYOUTS, corpus_rows, layout_tokenizer, write_corpus
+
+from factories import make_corpus
+
+TURNS = ("first", "last")
+
+
+class _Prompt:
+    def __init__(self, ids: Any) -> None:
+        self.prompt_ids = np.asarray(ids, dtype=np.int64)
+
+
+@pytest.fixture(scope="module", params=sorted(LAYOUTS))
+def layout(request: pytest.FixtureRequest, qwen_tokenizer: Any) -> tuple[str, Any]:
+    return request.param, layout_tokenizer(qwen_tokenizer, request.param)
+
+
+@pytest.fixture(scope="module")
+def saved(layout: tuple[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The layout's tokenizer saved as transformers saves it (read without transformers too)."""
+    name, tok = layout
+    folder = tmp_path_factory.mktemp(name) / "tok"
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def corpora(layout: tuple[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    name, tok = layout
+    out = {}
+    for turn in TURNS:
+        rows = corpus_rows(tok, name, 40, turn=turn, seed=1)
+        out[turn] = write_corpus(tmp_path_factory.mktemp(f"{name}_{turn}"), rows)
+    return out
+
+
+def test_every_layout_opens_as_a_learned_one(layout: tuple[str, Any]) -> None:
+    name, tok = layout
+    markers = learn_layouts(tok)
+    assert "tools_user" in markers.layouts and "tool_call_result" in markers.layouts
+    check = RowCheck.of(markers)
+    openings = set()
+    for turn in TURNS:
+        for row, msgs, tools in corpus_rows(tok, name, 60, turn=turn, seed=2):
+            prompt = row["input_ids"][: row["n_prompt_tokens"]]
+            assert check(_Prompt(prompt)) == [], (turn, tok.decode(prompt[:20]))
+            openings.add((bool(tools), msgs[0]["role"]))
+    assert len(openings) >= 3  # tools or not, system or not: the corpora hold several layouts
+
+
+def test_mistral_layouts_open_with_tools_or_an_instruction(qwen_tokenizer: Any) -> None:
+    tok = layout_tokenizer(qwen_tokenizer, "mistral_v3")
+    markers = learn_layouts(tok)
+    assert {tok.decode(list(s)) for s in markers.starts} == {
+        "<s>[INST]",
+        "<s>[AVAILABLE_TOOLS]",
+    }
+    assert tok.decode(list(markers.start)) == "<s>"
+    # add_generation_prompt appends nothing in this format: no generation prompt to check
+    assert markers.gen == () and markers.gens == ()
+    # a prompt opening with neither layout's marker fails, even after the BOS
+    bos_only = list(markers.start) + tok.encode("[TOOL_RESULTS] x", add_special_tokens=False)
+    assert RowCheck.of(markers)(_Prompt(bos_only)) == ["template_start_missing"]
+
+
+def test_light_checks_equal_the_loaded_tokenizers(saved: Path) -> None:
+    got = light_checks(saved)
+    assert got is not None
+    tok, info = load_tokenizer(saved)
+    assert got[1] == prepare_checks(tok, info.vocab_size)
+    assert got[1].starts  # the layouts open differently, and the pass knows it
+
+
+def _code(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main(argv)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("turn", TURNS)
+def test_right_tokenizer_passes_and_another_family_is_refused(
+    turn: str,
+    corpora: dict[str, Path],
+    saved: Path,
+    qwen_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    data = corpora[turn]
+    info = inspect_corpus(data, tokenizer=saved)
+    assert info.mismatch is None, info.mismatch
+    out = tmp_path / "out"
+    args = ["--per-source", "3", "--no-progress", "--out"]
+    code, err = _code(["export", str(data), "--tokenizer", str(saved), *args, str(out)], capsys)
+    assert code == 0, err
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    check = manifest["tokenizer_check"]
+    assert check["passed"] is True and check["enforced"] is True and check["mismatch"] is None
+    # Qwen3 itself: the layout's marker ids are past its vocabulary, every row is out of it
+    wrong = tmp_path / "wrong"
+    argv = ["export", str(data), "--tokenizer", str(qwen_dir), "--on-error", "skip", *args]
+    code, err = _code([*argv, str(wrong)], capsys)
+    assert code == 2 and not wrong.exists()
+    assert "vocabulary check failed" in err, err
+
+
+def test_another_familys_data_is_refused_by_the_layout_tokenizer(
+    saved: Path, tmp_path: Path, qwen_tokenizer: Any
+) -> None:
+    data = make_corpus(tmp_path / "qwen", qwen_tokenizer, {"chat": 12})
+    info = inspect_corpus(data, tokenizer=saved)
+    assert info.mismatch is not None and "template_markers check failed" in info.mismatch
+    assert " or " in info.mismatch  # every opening the layouts have is named
