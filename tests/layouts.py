@@ -12,7 +12,6 @@ first-turn or last-turn training rows.
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 import string
@@ -20,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-TEMPLATES = Path(__file__).resolve().parent / "templates"
+from styles import template_tokenizer, tool_defs
 
 Msg = dict[str, Any]
 
@@ -53,31 +52,19 @@ LAYOUTS: dict[str, tuple[str, list[str], dict[str, str], Any]] = {
 def layout_tokenizer(qwen_tokenizer: Any, layout: str) -> Any:
     """A copy of the Qwen3 test tokenizer carrying the layout's template and special tokens."""
     name, specials, roles, _ids = LAYOUTS[layout]
-    tok = copy.deepcopy(qwen_tokenizer)
-    tok.add_tokens(specials, special_tokens=True)
-    if roles:
-        tok.add_special_tokens(roles)
-    tok.chat_template = (TEMPLATES / name).read_text(encoding="utf-8")
-    return tok
+    return template_tokenizer(qwen_tokenizer, name, specials, roles)
 
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": desc,
-            "parameters": {"type": "object", "properties": props, "required": list(props)},
-        },
-    }
-    for name, desc, props in (
+TOOLS = tool_defs(
+    (
         ("bash", "Run a shell command.", {"command": {"type": "string"}}),
         ("str_replace", "Edit a file.", {"path": {"type": "string"}, "old": {"type": "string"}}),
         ("open_file", "Show a file.", {"path": {"type": "string"}}),
         ("submit", "Submit the patch.", {}),
         ("get_weather", "Current weather.", {"city": {"type": "string"}}),
-    )
-]
+    ),
+    required=True,
+)
 _SYSTEMS = [
     "You are a helpful assistant.",
     "You are an autonomous programmer working in a repository.\n\nUse the tools.",

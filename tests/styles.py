@@ -79,7 +79,14 @@ Msg = dict[str, Any]
 
 def style_tokenizer(qwen_tokenizer: Any, style: str) -> Any:
     """A copy of the Qwen3 test tokenizer carrying the style's template and special tokens."""
-    name, specials, roles = STYLES[style]
+    return template_tokenizer(qwen_tokenizer, *STYLES[style])
+
+
+def template_tokenizer(
+    qwen_tokenizer: Any, name: str, specials: list[str], roles: dict[str, str]
+) -> Any:
+    """A copy of the Qwen3 test tokenizer with template ``tests/templates/<name>``, the added
+    special tokens it writes and the special-token roles it reads (``bos_token`` ...)."""
     tok = copy.deepcopy(qwen_tokenizer)
     tok.add_tokens(specials, special_tokens=True)
     if roles:
@@ -88,22 +95,26 @@ def style_tokenizer(qwen_tokenizer: Any, style: str) -> Any:
     return tok
 
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": desc,
-            "parameters": {"type": "object", "properties": props},
-        },
-    }
-    for name, desc, props in (
+def tool_defs(specs: Any, *, required: bool = False) -> list[dict[str, Any]]:
+    """OpenAI tool definitions from ``(name, description, properties)`` triples."""
+    out = []
+    for name, desc, props in specs:
+        params: dict[str, Any] = {"type": "object", "properties": props}
+        if required:
+            params["required"] = list(props)
+        fn = {"name": name, "description": desc, "parameters": params}
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+TOOLS = tool_defs(
+    (
         ("get_weather", "Current weather.", {"city": {"type": "string"}}),
         ("search_code", "Grep the repo.", {"pattern": {"type": "string"}}),
         ("create_note", "Save a note.", {"title": {"type": "string"}, "tags": {"type": "array"}}),
         ("run_sql", "Run a query.", {"query": {"type": "string"}, "limit": {"type": "integer"}}),
     )
-]
+)
 _WORDS = [
     "Paris",
     "Zürich",
