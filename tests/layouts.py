@@ -102,7 +102,8 @@ def _agent(rng: random.Random, make_id: Callable[..., str] | None) -> tuple[list
     msgs: list[Msg] = []
     if rng.random() < 0.6:
         msgs.append({"role": "system", "content": rng.choice(_SYSTEMS)})
-    msgs.append({"role": "user", "content": rng.choice(_TASKS)})
+    # Users write their own text: one task never opens many rows, a system prompt does.
+    msgs.append({"role": "user", "content": f"Ticket {rng.randrange(10**6)}. {rng.choice(_TASKS)}"})
     counter = 0
     for _step in range(rng.randrange(1, 5)):
         calls = []
@@ -136,7 +137,7 @@ def _chat(rng: random.Random) -> tuple[list[Msg], list[Any]]:
     if rng.random() < 0.3:
         msgs.append({"role": "system", "content": rng.choice(_SYSTEMS)})
     for _turn in range(rng.randrange(1, 4)):
-        msgs.append({"role": "user", "content": rng.choice(_CHAT)})
+        msgs.append({"role": "user", "content": f"Q{rng.randrange(10**6)}: {rng.choice(_CHAT)}"})
         msgs.append({"role": "assistant", "content": rng.choice(_REPLIES)})
     return msgs, []
 

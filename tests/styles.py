@@ -212,3 +212,14 @@ def prompt_cuts(msgs: list[Msg]) -> list[int]:
 def shape(msgs: Any) -> list[tuple[str, list[str]]]:
     """Role and called tool names of each message: what every template renders."""
     return [(m["role"], [c["function"]["name"] for c in m.get("tool_calls") or ()]) for m in msgs]
+
+
+def as_read(msgs: list[Msg], rec: Any) -> list[Msg]:
+    """``msgs`` as a recovery that kept the user reading of an ambiguous system prompt holds
+    them: the system prompt at the head of the user message the ambiguity names."""
+    out = [dict(m) for m in msgs]
+    for a in rec.ambiguities:
+        if a.reading == "user" and out and out[0]["role"] == "system":
+            head = out.pop(0)["content"]
+            out[a.message]["content"] = head + a.separator + out[a.message]["content"]
+    return out

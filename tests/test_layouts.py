@@ -20,7 +20,7 @@ from distprompt.cli import main
 from distprompt.recover.checks import RowCheck, learn_layouts, prepare_checks
 from distprompt.recover.decode import load_tokenizer
 from distprompt.recover.light import light_checks
-from layouts import LAYOUTS, corpus_rows, layout_tokenizer, write_corpus
+from layouts import LAYOUTS, corpus_rows, layout_tokenizer, render_prompt, write_corpus
 
 from factories import make_corpus
 
@@ -133,3 +133,79 @@ def test_another_familys_data_is_refused_by_the_layout_tokenizer(
     info = inspect_corpus(data, tokenizer=saved)
     assert info.mismatch is not None and "template_markers check failed" in info.mismatch
     assert " or " in info.mismatch  # every opening the layouts have is named
+
+
+# --------------------------------------------------------------------------------------------
+# ambiguity: a system prompt written into a user turn is read out only with evidence
+# --------------------------------------------------------------------------------------------
+
+
+def _recover(tok: Any, msgs: list[dict[str, Any]], tools: Any = None) -> Any:
+    from distprompt.recover.template import learn_template
+    from distprompt.recover.turns import recover_turns
+
+    ids = render_prompt(tok, msgs, tools or [])
+    return recover_turns(ids, tokenizer=tok, profile=learn_template(tok))
+
+
+def test_blank_lines_in_user_text_invent_no_system_turn(qwen_tokenizer: Any) -> None:
+    tok = layout_tokenizer(qwen_tokenizer, "mistral_v3")
+    msgs = [{"role": "user", "content": "Summarise this:\n\nThe cat sat on the mat."}]
+    rec = _recover(tok, msgs)
+    assert rec.fidelity == "tokens" and list(rec.messages) == msgs
+    assert [a.to_dict() for a in rec.ambiguities] == [
+        {
+            "kind": "system_in_user",
+            "message": 0,
+            "separator": "\n\n",
+            "reading": "user",
+            "evidence": 0,
+        }
+    ]
+    # A system prompt: the same tokens, so the same (user) reading, and the same record.
+    with_system = [{"role": "system", "content": "Summarise this:"}, {**msgs[0]}]
+    with_system[1]["content"] = "The cat sat on the mat."
+    again = _recover(tok, with_system)
+    assert list(again.messages) == msgs and again.ambiguities == rec.ambiguities
+    # No blank line, no ambiguity; a template marker between the two tells them apart.
+    assert _recover(tok, [{"role": "user", "content": "One line."}]).ambiguities == ()
+    qwen = _recover(qwen_tokenizer, with_system)
+    assert list(qwen.messages) == with_system and qwen.ambiguities == ()
+
+
+def test_a_system_prompt_is_read_out_on_the_sources_evidence(
+    qwen_tokenizer: Any, tmp_path: Path
+) -> None:
+    from distprompt import build_suite
+
+    tok = layout_tokenizer(qwen_tokenizer, "mistral_v3")
+    rows = corpus_rows(tok, "mistral_v3", 80, turn="first", seed=5)
+    write_corpus(tmp_path, rows)
+    suite = build_suite(tmp_path, tokenizer=tok, per_source=1000)
+    by_ids = {tuple(r["input_ids"][: r["n_prompt_tokens"]]): m for r, m, _ in rows}
+    items = list(suite)
+    kept = sum(list(it.messages or ()) == by_ids[it.prompt_ids] for it in items)
+    assert kept >= 0.95 * len(items), (kept, len(items))
+    readings = {a.reading for it in items for a in it.ambiguities}
+    assert readings == {"user", "system"}
+    for it in items:
+        for a in it.ambiguities:
+            if a.reading == "system":
+                assert a.evidence >= 3 and it.messages is not None
+                assert it.messages[0]["role"] == "system"
+        assert it.fidelity == "tokens"
+    # counted in the manifest, the report and the summary line
+    counted = sum(sum(s["ambiguities"].values()) for s in suite.manifest["sources"].values())
+    assert counted == sum(len(it.ambiguities) for it in items)
+    assert suite.report is not None
+    assert suite.report.overall["recovery"]["ambiguous"] == sum(
+        bool(it.ambiguities) for it in items
+    )
+    line = suite.summary(tmp_path / "out").splitlines()[-1]
+    assert f"{counted} ambiguous system/user turns" in line and "by evidence" in line
+    saved = suite.save(tmp_path / "out")
+    again = [
+        json.loads(x) for x in (saved / "suite.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
+    assert sum(len(d["ambiguities"]) for d in again) == counted
+    assert "| ambiguous |" in (saved / "report.md").read_text(encoding="utf-8")

@@ -10,6 +10,10 @@ versions, the tokenizer's path and the DATA spelling) for ``--per-source 20``, s
 * ``SUITE``: the current output, features from the bounded window (head 256 + tail 256 tokens;
   a deliberate change, measured in docs/concepts.md).
 
+All re-pinned for issue 27: items carry ``ambiguities``, each source in the manifest counts them
+and the report's recovery figures say how many items are ambiguous (none here); with those keys
+taken out, suite, manifest and report were equal to the output before.
+
 With one worker, two workers, two workers reading shards in small byte ranges, and the pass in
 a worker process while the main one warms its imports (as on a large corpus). The
 numbers of an SVD depend on the numeric libraries, so the hashes hold for the versions they
@@ -36,13 +40,13 @@ VERSIONS = {
     "tokenizers": "0.23.3",
     "transformers": "5.24.0",
 }
-FULL_PROMPT_SUITE = "6af4fe2b83a0f74cfccaa52c6793b9f669fb7b0668af748a80de8c1345120190"
-FULL_PROMPT_REPORT = "c72a551e732cfe2a843ad1b8c8513f0f55395b7fef2fd0ca4c3d188cd44b8284"
-SUITE = "29253ce269136f4b1f009e35e79c0ffe72bb722a6f23e5f241d4ca3bbd685b67"
-MANIFEST = "30ec36a089d4092047f8ef02a7b465f4491ef464f9527ddfc38a48cf70829344"
+FULL_PROMPT_SUITE = "21d37ca2c1bd103785efc5aaff9086b98ca5bf6957cd98eb5654a30ce0f3132b"
+FULL_PROMPT_REPORT = "3e566df617eef723ff4842067be1e523a2d38df0b4ffb419e56c0e0d60fb8a9b"
+SUITE = "f84bcbc4db09bfa6affed0a5cf5b83d22e2f2bb7493f061cbf9e7a1a2f99716e"
+MANIFEST = "041948f97f7c9c66b47eb0b151fddaccf08b20a5b71da603917c97898fdbf0d1"
 # the manifest records each source's sampling design as selected, so whole-prompt features
 # (another selection) have their own
-FULL_PROMPT_MANIFEST = "bddbc037f0af84655dcbc0129f8d243e76859b68261b042e08b2e7ac7382e6de"
+FULL_PROMPT_MANIFEST = "c15e454c20d70b62cc987157c4231cf3cca69a357d34da56603fb41f5e30beca"
 
 
 def _versions() -> dict[str, str]:

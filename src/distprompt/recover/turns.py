@@ -17,6 +17,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from distprompt.records import Ambiguity
+from distprompt.recover.ambiguity import user_reading
 from distprompt.recover.template import (
     ARG_KEY,
     ARG_VALUE,
@@ -63,6 +65,8 @@ class RecoveredTurns:
         structure: ``turns`` when every turn was recognised (no template marker inside any
             message), ``flat`` for the declared fallback: the prompt text in fewer messages,
             template markers included.
+        ambiguities: Where the tokens have two readings, the one kept
+            (:mod:`distprompt.recover.ambiguity`).
     """
 
     messages: tuple[dict[str, Any], ...]
@@ -71,6 +75,7 @@ class RecoveredTurns:
     reason: str | None
     chat_template_kwargs: dict[str, Any] | None = None
     structure: str = "turns"
+    ambiguities: tuple[Ambiguity, ...] = ()
 
 
 # --------------------------------------------------------------------------- parsing
@@ -167,7 +172,10 @@ def _candidates(
             if not _slot_ok(text, kind, start, pos, masked, forbid):
                 continue
             out.append((pos, nxt, new, lit))
-    out.sort(key=lambda c: (c[0], c[1] != END, -len(c[3])))
+    # At one position the longest literal first; a system slot after a user one with the same
+    # literal: a template that writes the system prompt into a user turn leaves both readings
+    # open, and the user one invents nothing (recover/ambiguity.py records the other).
+    out.sort(key=lambda c: (c[0], c[1] != END, -len(c[3]), c[1] == SYSTEM))
     return out
 
 
@@ -617,6 +625,12 @@ def recover_turns(
         return RecoveredTurns(messages, out_tools, fidelity, reason, switches, structure)
 
     if rendered == body and text_ok and not shift:
+        if structure == "turns":
+            kept, ambiguity = user_reading(tokenizer, body, messages, tools, switches, profile)
+            if ambiguity is not None:
+                return RecoveredTurns(
+                    tuple(kept), out_tools, "tokens", None, switches, structure, (ambiguity,)
+                )
         return result("tokens", None)
     got = _encode(tokenizer, rendered)[0] if rendered is not None else []
     if got == ids:
