@@ -38,20 +38,42 @@ def _mistral_id(rng: random.Random, _name: str, _index: int) -> str:
     return "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(9))
 
 
-#: layout -> (template file, added special tokens, special-token roles, call id maker or None)
-LAYOUTS: dict[str, tuple[str, list[str], dict[str, str], Any]] = {
+def _kimi_id(_rng: random.Random, name: str, index: int) -> str:
+    return f"functions.{name}:{index}"
+
+
+_KIMI_TOKENS = [
+    "<|im_system|>",
+    "<|im_user|>",
+    "<|im_assistant|>",
+    "<|im_middle|>",
+    "<|tool_calls_section_begin|>",
+    "<|tool_calls_section_end|>",
+    "<|tool_call_begin|>",
+    "<|tool_call_argument_begin|>",
+    "<|tool_call_end|>",
+]
+_LLAMA_TOKENS = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+
+#: layout -> (template file, added special tokens, special-token roles, call id maker or None,
+#: most tool calls a turn)
+LAYOUTS: dict[str, tuple[str, list[str], dict[str, str], Any, int]] = {
     "mistral_v3": (
         "mistral_v3.jinja",
         _MISTRAL_TOKENS,
         {"bos_token": "<s>", "eos_token": "</s>"},
         _mistral_id,
+        2,
     ),
+    "kimi_k2": ("kimi_k2.jinja", _KIMI_TOKENS, {}, _kimi_id, 2),
+    # Llama 3.1 prints no call id and takes one call a turn.
+    "llama31": ("llama31.jinja", _LLAMA_TOKENS, {"bos_token": "<|begin_of_text|>"}, None, 1),
 }
 
 
 def layout_tokenizer(qwen_tokenizer: Any, layout: str) -> Any:
     """A copy of the Qwen3 test tokenizer carrying the layout's template and special tokens."""
-    name, specials, roles, _ids = LAYOUTS[layout]
+    name, specials, roles, _ids, _most = LAYOUTS[layout]
     return template_tokenizer(qwen_tokenizer, name, specials, roles)
 
 
@@ -97,7 +119,9 @@ def _args(rng: random.Random, fn: dict[str, Any]) -> dict[str, Any]:
     return {k: rng.choice(values) for k in fn["parameters"]["properties"]}
 
 
-def _agent(rng: random.Random, make_id: Callable[..., str] | None) -> tuple[list[Msg], list[Any]]:
+def _agent(
+    rng: random.Random, make_id: Callable[..., str] | None, most: int
+) -> tuple[list[Msg], list[Any]]:
     tools = TOOLS[:4] if rng.random() < 0.7 else TOOLS[4:]
     msgs: list[Msg] = []
     if rng.random() < 0.6:
@@ -107,7 +131,7 @@ def _agent(rng: random.Random, make_id: Callable[..., str] | None) -> tuple[list
     counter = 0
     for _step in range(rng.randrange(1, 5)):
         calls = []
-        for _ in range(rng.choice([1, 1, 1, 2])):
+        for _ in range(min(most, rng.choice([1, 1, 1, 2]))):
             fn = rng.choice(tools)["function"]
             call: dict[str, Any] = {
                 "type": "function",
@@ -126,7 +150,6 @@ def _agent(rng: random.Random, make_id: Callable[..., str] | None) -> tuple[list
             result: Msg = {"role": "tool", "content": out}
             if make_id is not None:
                 result["tool_call_id"] = c["id"]
-            result["name"] = c["function"]["name"]
             msgs.append(result)
     msgs.append({"role": "assistant", "content": rng.choice(_REPLIES)})
     return msgs, tools
@@ -145,11 +168,11 @@ def _chat(rng: random.Random) -> tuple[list[Msg], list[Any]]:
 def conversations(layout: str, n: int, *, seed: int = 0) -> list[tuple[str, list[Msg], list[Any]]]:
     """``(source, messages, tools)``: agent traces and plain chats, each ending with an answer."""
     rng = random.Random(seed)
-    make_id = LAYOUTS[layout][3]
+    make_id, most = LAYOUTS[layout][3], LAYOUTS[layout][4]
     out = []
     for i in range(n):
         if i % 2 == 0:
-            msgs, tools = _agent(rng, make_id)
+            msgs, tools = _agent(rng, make_id, most)
             out.append(("agent", msgs, tools))
         else:
             msgs, tools = _chat(rng)
@@ -202,3 +225,17 @@ def write_corpus(root: Path, rows: list[tuple[dict[str, Any], list[Msg], list[An
         shard.parent.mkdir(parents=True, exist_ok=True)
         shard.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return root
+
+
+def _turn_view(m: Msg) -> tuple[Any, ...]:
+    calls = [
+        (c["function"]["name"], c["function"]["arguments"], c.get("id"))
+        for c in m.get("tool_calls") or ()
+    ]
+    return m["role"], m.get("content") or "", m.get("tool_call_id"), calls
+
+
+def same_turns(got: Any, want: list[Msg]) -> bool:
+    """Every original turn back, none invented or merged: roles, contents, tool calls (name,
+    arguments, id) and the results' ``tool_call_id`` (what the templates print)."""
+    return got is not None and [_turn_view(m) for m in got] == [_turn_view(m) for m in want]

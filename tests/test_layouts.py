@@ -20,7 +20,14 @@ from distprompt.cli import main
 from distprompt.recover.checks import RowCheck, learn_layouts, prepare_checks
 from distprompt.recover.decode import load_tokenizer
 from distprompt.recover.light import light_checks
-from layouts import LAYOUTS, corpus_rows, layout_tokenizer, render_prompt, write_corpus
+from layouts import (
+    LAYOUTS,
+    corpus_rows,
+    layout_tokenizer,
+    render_prompt,
+    same_turns,
+    write_corpus,
+)
 
 from factories import make_corpus
 
@@ -90,7 +97,7 @@ def test_light_checks_equal_the_loaded_tokenizers(saved: Path) -> None:
     assert got is not None
     tok, info = load_tokenizer(saved)
     assert got[1] == prepare_checks(tok, info.vocab_size)
-    assert got[1].starts  # the layouts open differently, and the pass knows it
+    assert got[1].start or got[1].starts
 
 
 def _code(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -209,3 +216,82 @@ def test_a_system_prompt_is_read_out_on_the_sources_evidence(
     ]
     assert sum(len(d["ambiguities"]) for d in again) == counted
     assert "| ambiguous |" in (saved / "report.md").read_text(encoding="utf-8")
+
+
+# --------------------------------------------------------------------------------------------
+# corpora of three templates: every turn back, tool calls with their ids, wrong family refused
+# --------------------------------------------------------------------------------------------
+
+MIN_SHARE = 0.95
+
+
+@pytest.mark.parametrize("turn", TURNS)
+def test_corpus_comes_back_turn_for_turn(
+    layout: tuple[str, Any], turn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Done-when of issue 27: >= 95 % token-exact, >= 95 % with every original turn and none
+    invented or merged, every tool call with its name, arguments and (printed) id."""
+    from distprompt import build_suite
+
+    name, tok = layout
+    rows = corpus_rows(tok, name, 80, turn=turn, seed=7)
+    write_corpus(tmp_path, rows)
+    suite = build_suite(tmp_path, tokenizer=tok, per_source=1000)
+    by_ids = {tuple(r["input_ids"][: r["n_prompt_tokens"]]): m for r, m, _ in rows}
+    items = list(suite)
+    assert len(items) == len(by_ids)
+    exact = sum(it.fidelity == "tokens" for it in items)
+    kept = sum(same_turns(it.messages, by_ids[it.prompt_ids]) for it in items)
+    calls = 0
+    for it in items:
+        want = by_ids[it.prompt_ids]
+        if it.messages is None or len(it.messages) != len(want):
+            continue  # an ambiguity kept as user text (counted above, not a call's loss)
+        for got_m, want_m in zip(it.messages, want, strict=True):
+            got_calls = [
+                (c["function"]["name"], c["function"]["arguments"], c.get("id"))
+                for c in got_m.get("tool_calls") or ()
+            ]
+            want_calls = [
+                (c["function"]["name"], c["function"]["arguments"], c.get("id"))
+                for c in want_m.get("tool_calls") or ()
+            ]
+            assert got_calls == want_calls, (name, turn)
+            calls += len(want_calls)
+            assert got_m.get("tool_call_id") == want_m.get("tool_call_id")
+    assert calls >= 30 or turn == "first"  # first-turn prompts hold no earlier call
+    with capsys.disabled():
+        print(
+            f"\n[layouts] {name} {turn}-turn: {len(items)} items, tokens {exact}, every turn "
+            f"{kept}, tool calls {calls}, ambiguous {sum(bool(it.ambiguities) for it in items)}"
+        )
+    assert exact >= MIN_SHARE * len(items) and kept >= MIN_SHARE * len(items), (exact, kept)
+    counted = sum(sum(s["ambiguities"].values()) for s in suite.manifest["sources"].values())
+    assert counted == sum(len(it.ambiguities) for it in items)
+
+
+def test_another_layouts_tokenizer_is_refused(
+    layout: tuple[str, Any],
+    corpora: dict[str, Path],
+    qwen_tokenizer: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The other templates share the vocabulary (their marker tokens take the same new ids):
+    where the ids fit, only the markers tell the families apart, and they do, on first- and
+    last-turn data."""
+    name, _tok = layout
+    by_markers = 0
+    for other in sorted(set(LAYOUTS) - {name}):
+        folder = tmp_path / other
+        layout_tokenizer(qwen_tokenizer, other).save_pretrained(folder)
+        for turn in TURNS:
+            out = tmp_path / f"out_{other}_{turn}"
+            argv = ["export", str(corpora[turn]), "--tokenizer", str(folder), "--out", str(out)]
+            code, err = _code([*argv, "--per-source", "3", "--no-progress"], capsys)
+            assert code == 2 and not out.exists(), (name, other, turn, err)
+            if "expected token ids below" in err:
+                continue  # the other template adds fewer tokens: the first row is out of it
+            assert "template_markers check failed" in err, err
+            by_markers += 1
+    assert by_markers >= 2  # each layout's data meets a tokenizer whose vocabulary covers it
