@@ -19,19 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from styles import template_tokenizer, tool_defs
+from styles import MISTRAL_TOKENS, SECTION_TOKENS, template_tokenizer, tool_defs
 
 Msg = dict[str, Any]
-
-_MISTRAL_TOKENS = [
-    "[INST]",
-    "[/INST]",
-    "[TOOL_CALLS]",
-    "[AVAILABLE_TOOLS]",
-    "[/AVAILABLE_TOOLS]",
-    "[TOOL_RESULTS]",
-    "[/TOOL_RESULTS]",
-]
 
 
 def _mistral_id(rng: random.Random, _name: str, _index: int) -> str:
@@ -42,17 +32,6 @@ def _kimi_id(_rng: random.Random, name: str, index: int) -> str:
     return f"functions.{name}:{index}"
 
 
-_KIMI_TOKENS = [
-    "<|im_system|>",
-    "<|im_user|>",
-    "<|im_assistant|>",
-    "<|im_middle|>",
-    "<|tool_calls_section_begin|>",
-    "<|tool_calls_section_end|>",
-    "<|tool_call_begin|>",
-    "<|tool_call_argument_begin|>",
-    "<|tool_call_end|>",
-]
 _LLAMA_TOKENS = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 
 #: layout -> (template file, added special tokens, special-token roles, call id maker or None,
@@ -60,12 +39,12 @@ _LLAMA_TOKENS = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>"
 LAYOUTS: dict[str, tuple[str, list[str], dict[str, str], Any, int]] = {
     "mistral_v3": (
         "mistral_v3.jinja",
-        _MISTRAL_TOKENS,
+        MISTRAL_TOKENS,
         {"bos_token": "<s>", "eos_token": "</s>"},
         _mistral_id,
         2,
     ),
-    "kimi_k2": ("kimi_k2.jinja", _KIMI_TOKENS, {}, _kimi_id, 2),
+    "kimi_k2": ("kimi_k2.jinja", SECTION_TOKENS, {}, _kimi_id, 2),
     # Llama 3.1 prints no call id and takes one call a turn.
     "llama31": ("llama31.jinja", _LLAMA_TOKENS, {"bos_token": "<|begin_of_text|>"}, None, 1),
 }

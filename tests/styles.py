@@ -31,6 +31,29 @@ _GLM_TOKENS = [
     "</arg_value>",
 ]
 
+#: The special tokens of the section-token (Kimi-K2 style) templates.
+SECTION_TOKENS = [
+    "<|im_system|>",
+    "<|im_user|>",
+    "<|im_assistant|>",
+    "<|im_middle|>",
+    "<|tool_calls_section_begin|>",
+    "<|tool_calls_section_end|>",
+    "<|tool_call_begin|>",
+    "<|tool_call_argument_begin|>",
+    "<|tool_call_end|>",
+]
+#: The special tokens of the Mistral-style templates.
+MISTRAL_TOKENS = [
+    "[INST]",
+    "[/INST]",
+    "[TOOL_CALLS]",
+    "[AVAILABLE_TOOLS]",
+    "[/AVAILABLE_TOOLS]",
+    "[TOOL_RESULTS]",
+    "[/TOOL_RESULTS]",
+]
+
 #: style -> (template file, added special tokens, extra special-token roles)
 STYLES: dict[str, tuple[str, list[str], dict[str, str]]] = {
     "xml_params": ("xml_params.jinja", [], {}),
@@ -46,30 +69,12 @@ STYLES: dict[str, tuple[str, list[str], dict[str, str]]] = {
     ),
     "section_tokens": (
         "section_tokens.jinja",
-        [
-            "<|im_system|>",
-            "<|im_user|>",
-            "<|im_assistant|>",
-            "<|im_middle|>",
-            "<|tool_calls_section_begin|>",
-            "<|tool_calls_section_end|>",
-            "<|tool_call_begin|>",
-            "<|tool_call_argument_begin|>",
-            "<|tool_call_end|>",
-        ],
+        SECTION_TOKENS,
         {},
     ),
     "mistral_last": (
         "mistral_last.jinja",
-        [
-            "[INST]",
-            "[/INST]",
-            "[TOOL_CALLS]",
-            "[AVAILABLE_TOOLS]",
-            "[/AVAILABLE_TOOLS]",
-            "[TOOL_RESULTS]",
-            "[/TOOL_RESULTS]",
-        ],
+        MISTRAL_TOKENS,
         {"bos_token": "<s>", "eos_token": "</s>"},
     ),
 }
