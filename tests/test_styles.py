@@ -310,3 +310,26 @@ def test_key_value_corpus_end_to_end(tmp_path: Path, qwen_tokenizer: Any) -> Non
     assert "| **overall** |" in (out / "report.md").read_text(encoding="utf-8")
     openai = (out / "openai.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(openai) == len(items)
+
+
+@pytest.mark.parametrize("where", ["first", "last", "only"])
+def test_calls_without_arguments_come_back(
+    style: tuple[str, Any, TemplateProfile], where: str
+) -> None:
+    # Key by key, a call without arguments writes no key: its own literals, learned too.
+    name, tok, p = style
+    bare = {"type": "function", "function": {"name": "submit", "arguments": {}}}
+    full = {
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": {"city": "Zürich"}},
+    }
+    calls = {"first": [bare, full], "last": [full, bare], "only": [bare]}[where]
+    msgs = [
+        {"role": "user", "content": "Go."},
+        {"role": "assistant", "content": "", "tool_calls": calls},
+        *({"role": "tool", "content": f"result {i}"} for i in range(len(calls))),
+    ]
+    rec = recover_turns(_ids(tok, msgs, None), tokenizer=tok, profile=p)
+    assert rec.fidelity == "tokens" and rec.structure == "turns", (name, rec.reason)
+    got = [c["function"] for c in rec.messages[1]["tool_calls"]]
+    assert got == [c["function"] for c in calls], name

@@ -162,11 +162,11 @@ def _tool_def(k: int) -> dict[str, Any]:
     }
 
 
-def _call(msg: int, k: int, *, as_string: bool) -> dict[str, Any]:
+def _call(msg: int, k: int, *, as_string: bool, bare: bool = False) -> dict[str, Any]:
     # Two string arguments with sentinel keys and values: a template that writes the arguments as
     # one JSON object shows that object (a CALL_ARGS slot); one that writes them key by key shows
-    # the literals around each key and value, and between two arguments.
-    args = {_arg_key(msg, k, j): _arg_value(msg, k, j) for j in range(2)}
+    # the literals around each key and value, and between two arguments. ``bare``: none.
+    args = {} if bare else {_arg_key(msg, k, j): _arg_value(msg, k, j) for j in range(2)}
     return {
         "id": _id("i", msg, k),
         "type": "function",
@@ -399,6 +399,15 @@ def learn_template(tokenizer: Any) -> TemplateProfile:
             # A second reasoned call after a tool result: agent traces reason at every step.
             again = a(3, content, reasoning_content=_s("r", 3), tool_calls=calls(3, 1))
             lr.learn("reasoning_last", [u(0), reasoned, t(2), again, t(4)], one, **kw)
+        if ARG_KEY in lr.kinds_seen:
+            # Key by key, a call without arguments has literals of its own: after its name
+            # comes the next call or the end of the calls, not a key.
+            bare = _call(1, 0, as_string=as_string, bare=True)
+            lr.learn("calls_no_arguments", [u(0), a(1, tool_calls=[bare, *calls(1, 2)[1:]]),
+                     t(2), t(3)], one, **kw)  # fmt: skip
+            last = _call(1, 1, as_string=as_string, bare=True)
+            lr.learn("calls_no_arguments_last", [u(0), a(1, tool_calls=[*calls(1, 1), last]),
+                     t(2), t(3)], one, **kw)  # fmt: skip
 
     plain_probes({})
     supports_system = lr.outcomes.get("base_sys", False)

@@ -381,9 +381,9 @@ def _turn(
     elif profile.reasoning_tags and profile.reasoning_tags[1] in content:
         bodies.append((content, ""))
     arg_forms = [False] if profile.tool_arguments_as_string else [True, False]
-    if keyed:
+    if keyed or profile.arguments_style == "keys":
         # JSON-encoded where the template encoded them (numbers, lists, objects), else strings;
-        # every value a string is the other reading.
+        # every value a string is the other reading. A call without a key has no arguments.
         for c in calls:
             if not isinstance(c["function"]["arguments"], dict):
                 c["function"]["arguments"] = {}
