@@ -44,10 +44,23 @@ LAYOUTS: dict[str, tuple[str, list[str], dict[str, str], Any, int]] = {
         _mistral_id,
         2,
     ),
+    # The newer form: the system prompt has tokens of its own, so it is never ambiguous.
+    "mistral_v7": (
+        "mistral_v7.jinja",
+        [*MISTRAL_TOKENS, "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]"],
+        {"bos_token": "<s>", "eos_token": "</s>"},
+        _mistral_id,
+        2,
+    ),
     "kimi_k2": ("kimi_k2.jinja", SECTION_TOKENS, {}, _kimi_id, 2),
     # Llama 3.1 prints no call id and takes one call a turn.
     "llama31": ("llama31.jinja", _LLAMA_TOKENS, {"bos_token": "<|begin_of_text|>"}, None, 1),
 }
+
+
+def family(layout: str) -> str:
+    """The model family a layout's template is written for (``mistral_v3`` -> ``mistral``)."""
+    return layout.split("_")[0]
 
 
 def layout_tokenizer(qwen_tokenizer: Any, layout: str) -> Any:
