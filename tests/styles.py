@@ -31,6 +31,29 @@ _GLM_TOKENS = [
     "</arg_value>",
 ]
 
+#: The special tokens of the section-token (Kimi-K2 style) templates.
+SECTION_TOKENS = [
+    "<|im_system|>",
+    "<|im_user|>",
+    "<|im_assistant|>",
+    "<|im_middle|>",
+    "<|tool_calls_section_begin|>",
+    "<|tool_calls_section_end|>",
+    "<|tool_call_begin|>",
+    "<|tool_call_argument_begin|>",
+    "<|tool_call_end|>",
+]
+#: The special tokens of the Mistral-style templates.
+MISTRAL_TOKENS = [
+    "[INST]",
+    "[/INST]",
+    "[TOOL_CALLS]",
+    "[AVAILABLE_TOOLS]",
+    "[/AVAILABLE_TOOLS]",
+    "[TOOL_RESULTS]",
+    "[/TOOL_RESULTS]",
+]
+
 #: style -> (template file, added special tokens, extra special-token roles)
 STYLES: dict[str, tuple[str, list[str], dict[str, str]]] = {
     "xml_params": ("xml_params.jinja", [], {}),
@@ -46,30 +69,12 @@ STYLES: dict[str, tuple[str, list[str], dict[str, str]]] = {
     ),
     "section_tokens": (
         "section_tokens.jinja",
-        [
-            "<|im_system|>",
-            "<|im_user|>",
-            "<|im_assistant|>",
-            "<|im_middle|>",
-            "<|tool_calls_section_begin|>",
-            "<|tool_calls_section_end|>",
-            "<|tool_call_begin|>",
-            "<|tool_call_argument_begin|>",
-            "<|tool_call_end|>",
-        ],
+        SECTION_TOKENS,
         {},
     ),
     "mistral_last": (
         "mistral_last.jinja",
-        [
-            "[INST]",
-            "[/INST]",
-            "[TOOL_CALLS]",
-            "[AVAILABLE_TOOLS]",
-            "[/AVAILABLE_TOOLS]",
-            "[TOOL_RESULTS]",
-            "[/TOOL_RESULTS]",
-        ],
+        MISTRAL_TOKENS,
         {"bos_token": "<s>", "eos_token": "</s>"},
     ),
 }
@@ -79,7 +84,14 @@ Msg = dict[str, Any]
 
 def style_tokenizer(qwen_tokenizer: Any, style: str) -> Any:
     """A copy of the Qwen3 test tokenizer carrying the style's template and special tokens."""
-    name, specials, roles = STYLES[style]
+    return template_tokenizer(qwen_tokenizer, *STYLES[style])
+
+
+def template_tokenizer(
+    qwen_tokenizer: Any, name: str, specials: list[str], roles: dict[str, str]
+) -> Any:
+    """A copy of the Qwen3 test tokenizer with template ``tests/templates/<name>``, the added
+    special tokens it writes and the special-token roles it reads (``bos_token`` ...)."""
     tok = copy.deepcopy(qwen_tokenizer)
     tok.add_tokens(specials, special_tokens=True)
     if roles:
@@ -88,22 +100,26 @@ def style_tokenizer(qwen_tokenizer: Any, style: str) -> Any:
     return tok
 
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": desc,
-            "parameters": {"type": "object", "properties": props},
-        },
-    }
-    for name, desc, props in (
+def tool_defs(specs: Any, *, required: bool = False) -> list[dict[str, Any]]:
+    """OpenAI tool definitions from ``(name, description, properties)`` triples."""
+    out = []
+    for name, desc, props in specs:
+        params: dict[str, Any] = {"type": "object", "properties": props}
+        if required:
+            params["required"] = list(props)
+        fn = {"name": name, "description": desc, "parameters": params}
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+TOOLS = tool_defs(
+    (
         ("get_weather", "Current weather.", {"city": {"type": "string"}}),
         ("search_code", "Grep the repo.", {"pattern": {"type": "string"}}),
         ("create_note", "Save a note.", {"title": {"type": "string"}, "tags": {"type": "array"}}),
         ("run_sql", "Run a query.", {"query": {"type": "string"}, "limit": {"type": "integer"}}),
     )
-]
+)
 _WORDS = [
     "Paris",
     "Zürich",
@@ -201,3 +217,14 @@ def prompt_cuts(msgs: list[Msg]) -> list[int]:
 def shape(msgs: Any) -> list[tuple[str, list[str]]]:
     """Role and called tool names of each message: what every template renders."""
     return [(m["role"], [c["function"]["name"] for c in m.get("tool_calls") or ()]) for m in msgs]
+
+
+def as_read(msgs: list[Msg], rec: Any) -> list[Msg]:
+    """``msgs`` as a recovery that kept the user reading of an ambiguous system prompt holds
+    them: the system prompt at the head of the user message the ambiguity names."""
+    out = [dict(m) for m in msgs]
+    for a in rec.ambiguities:
+        if a.reading == "user" and out and out[0]["role"] == "system":
+            head = out.pop(0)["content"]
+            out[a.message]["content"] = head + a.separator + out[a.message]["content"]
+    return out

@@ -14,9 +14,10 @@ import pytest
 import distprompt.pipeline
 from distprompt import build_suite
 from distprompt.errors import TokenizerError
-from distprompt.recover.checks import _PROBES, Checks, RowCheck, prepare_checks
+from distprompt.recover.checks import Checks, RowCheck, prepare_checks
 from distprompt.recover.decode import load_tokenizer
 from distprompt.recover.light import BackgroundLoad, light_checks, load_light
+from distprompt.recover.markers import _PROBES
 from styles import STYLES, style_tokenizer
 
 from factories import make_corpus

@@ -12,6 +12,10 @@ versions, the tokenizer's path and the DATA spelling) for ``--per-source 20``, s
 * ``SUITE``: the current output, features from the bounded window (head 256 + tail 256 tokens;
   a deliberate change, measured in docs/concepts.md).
 
+All re-pinned for issue 27: items carry ``ambiguities``, each source in the manifest counts them
+and the report's recovery figures say how many items are ambiguous (none here); with those keys
+taken out, suite, manifest and report were equal to the output before.
+
 With one worker, two workers, two workers reading shards in small byte ranges, and the pass in
 a worker process while the main one warms its imports (as on a large corpus). The
 numbers of an SVD depend on the numeric libraries, so the hashes hold for the versions they
@@ -38,13 +42,13 @@ VERSIONS = {
     "tokenizers": "0.23.3",
     "transformers": "5.24.0",
 }
-FULL_PROMPT_SUITE = "2f521c483755d3f592a044fa432f2cd06fe08e2a4c5927b05176dabccf99865f"
-FULL_PROMPT_REPORT = "feb00f12d3755aa048d5b553e78388bf5080659ebdfc70f81943dec5c12fbda6"
-SUITE = "d0dc862c9ced6f6106006ce8fb73a9968491a3f288b3ce9d98ef6a20ef902649"
-MANIFEST = "e3f98795832d593a98c8de7eb1aa1d0fe01730518cb8ce703def264ee508377b"
+FULL_PROMPT_SUITE = "cd968856a1ea657ced95b5f75d51f8eaef67ca42064180ebf22bb926f2741ec4"
+FULL_PROMPT_REPORT = "fdb7752229c1158f5b55edac35604bbcf5187e820246272f12efc6683c7066dc"
+SUITE = "617edd22cd1d2909ab4b62650d266a93236f0c6c93afe3f2cfded829cff79155"
+MANIFEST = "beff7263de2adcf6a1e596538000b89f5da12ba6ac3805e9eda3a3556927efd3"
 # the manifest records each source's sampling design as selected, so whole-prompt features
 # (another selection) have their own
-FULL_PROMPT_MANIFEST = "6edfd786cb94ddb3a22fec26dd3b958fd11156782372138194b02cfe01abd343"
+FULL_PROMPT_MANIFEST = "4a4c067d2653e1f88aeeec5d81108f051881983fda52f49fe0fae3cad1a15aff"
 
 
 def _versions() -> dict[str, str]:

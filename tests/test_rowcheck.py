@@ -92,3 +92,34 @@ def test_views_of_both_readers() -> None:
     fast = read_row(raw, shard="s", line=1, offset=0)
     full = FullView(parse_row(raw, shard="s", line=1, offset=0))
     assert check(fast) == check(full) == []
+
+
+def _reference_alternatives(check: RowCheck, ids: list[int]) -> list[str]:
+    out = _reference(RowCheck(start=check.start, gen=check.gen), ids)
+    opens = any(ids[: len(s)] == list(s) for s in check.starts if s)
+    if "template_start_missing" not in out and check.starts and not opens:
+        out.insert(0, "template_start_missing")
+    if not check.gen and check.gens:
+
+        def holds(g: tuple[int, ...]) -> bool:
+            return any(ids[i : i + len(g)] == list(g) for i in range(len(ids) - len(g) + 1))
+
+        if not any(holds(g) for g in check.gens if g):
+            out.append("generation_prompt_missing")
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ids=st.lists(SMALL, max_size=10),
+    start=st.lists(SMALL, max_size=1),
+    starts=st.lists(st.lists(SMALL, min_size=1, max_size=3).map(tuple), max_size=3),
+    gens=st.lists(st.lists(SMALL, min_size=1, max_size=2).map(tuple), max_size=3),
+)
+def test_layout_alternatives_as_a_list_search(
+    ids: list[int], start: list[int], starts: list[tuple[int, ...]], gens: list[tuple[int, ...]]
+) -> None:
+    # A row opens as one of the layouts and holds one of their generation prompts.
+    check = RowCheck(start=tuple(start), gen=(), starts=tuple(starts), gens=tuple(gens))
+    assert check(_Prompt(ids)) == _reference_alternatives(check, ids)
+    assert pickle.loads(pickle.dumps(check))(_Prompt(ids)) == check(_Prompt(ids))

@@ -62,6 +62,7 @@ from distprompt.records import (
     histogram_quantiles,
     max_tokens_for,
 )
+from distprompt.recover.ambiguity import settle_system_prompts
 from distprompt.recover.checks import (
     ROUND_TRIP_SAMPLE,
     Checks,
@@ -320,6 +321,9 @@ def build_suite(
                 on_selected=draw,
                 decoded=ready,
             )
+            # A system prompt the template wrote into a user turn is read out of it only
+            # with evidence from the source's items (recover/ambiguity.py).
+            items = settle_system_prompts(items, tok, profile)
             if ready is not None and kept:
                 logger.info(
                     "decoded during the pass: %d of the %d sources selected then",
@@ -770,6 +774,12 @@ def _checks_differ(used: Checks, real: Checks, tok: Any) -> str:
     ):
         if a != b:
             out.append(f"{what} {list(a)} {show_ids(tok, a)!r} vs {list(b)} {show_ids(tok, b)!r}")
+    for what, alts, real_alts in (
+        ("layout openings", used.starts, real.starts),
+        ("layout generation prompts", used.gens, real.gens),
+    ):
+        if alts != real_alts:
+            out.append(f"{what} {[list(a) for a in alts]} vs {[list(b) for b in real_alts]}")
     if used.template_note != real.template_note:
         out.append(f"template note {used.template_note!r} vs {real.template_note!r}")
     return "; ".join(out)
@@ -1695,6 +1705,7 @@ def _make_item(
     messages = tools = None
     fidelity = reason = structure = None
     template_kwargs = None
+    ambiguities: tuple[Any, ...] = ()
     if profile is not None:
         from distprompt.recover.turns import recover_turns
 
@@ -1707,6 +1718,7 @@ def _make_item(
         messages, tools, fidelity, reason = rec.messages, rec.tools, rec.fidelity, rec.reason
         template_kwargs = rec.chat_template_kwargs
         structure = rec.structure
+        ambiguities = rec.ambiguities
     return SuiteItem(
         id=item_id(cand.source, cand.prompt_ids),
         source=cand.source,
@@ -1729,6 +1741,7 @@ def _make_item(
         fidelity_reason=reason,
         chat_template_kwargs=template_kwargs,
         structure=structure,
+        ambiguities=ambiguities,
     )
 
 
@@ -1809,7 +1822,12 @@ def _manifest(
         unique, exact = part.pools[src].distinct()
         fid: dict[str, int] = {}
         structure: dict[str, int] = {}
+        ambiguous: dict[str, int] = {}
         for it in items:
+            if it.source == src:
+                for a in it.ambiguities:
+                    key = f"{a.kind}:{a.reading}"
+                    ambiguous[key] = ambiguous.get(key, 0) + 1
             if it.source == src and it.fidelity is not None:
                 fid[it.fidelity] = fid.get(it.fidelity, 0) + 1
             if it.source == src and it.structure is not None:
@@ -1830,6 +1848,9 @@ def _manifest(
             "fidelity": dict(sorted(fid.items())),
             # How the turns were recovered: `turns` (every turn recognised) or `flat` (fallback).
             "structure": dict(sorted(structure.items())),
+            # Readings the tokens leave open, by kind and the reading kept (`user`: no
+            # evidence for a system prompt; `system`: the source's items gave it).
+            "ambiguities": dict(sorted(ambiguous.items())),
             "design": _design_summary([it for it in items if it.source == src], st),
         }
     data_spec = sorted(str(d) for d in data) if isinstance(data, (list, tuple)) else str(data)

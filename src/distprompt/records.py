@@ -24,6 +24,7 @@ __all__ = [
     "REPLY_FEATURES",
     "SHARD_SUFFIXES",
     "UNSUPPORTED_SUFFIXES",
+    "Ambiguity",
     "Candidate",
     "Provenance",
     "Row",
@@ -283,6 +284,49 @@ class Candidate:
 
 
 @dataclass(frozen=True, slots=True)
+class Ambiguity:
+    """Two readings of a prompt re-render to the same ids; which one an item keeps, and why.
+
+    Attributes:
+        kind: ``system_in_user``: the template writes the system prompt into a user turn, so
+            that turn's text can be read as a system prompt and a user message, or as one user
+            message.
+        message: Index (in the item's messages) of the user message the text is in, or the
+            user message after the system prompt read out of it.
+        separator: What the template writes between a system prompt and that user text.
+        reading: ``user`` (kept as user text: no evidence for a system prompt) or ``system``
+            (read as a system prompt: evidence).
+        evidence: Items of the source whose text opens with that system prompt (0 when kept
+            as user text).
+    """
+
+    kind: str
+    message: int
+    separator: str
+    reading: str
+    evidence: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "message": self.message,
+            "separator": self.separator,
+            "reading": self.reading,
+            "evidence": self.evidence,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Ambiguity:
+        return cls(
+            kind=str(d["kind"]),
+            message=int(d["message"]),
+            separator=str(d["separator"]),
+            reading=str(d["reading"]),
+            evidence=int(d.get("evidence", 0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class SuiteItem:
     """One benchmark prompt of a suite; one line of ``suite.jsonl``.
 
@@ -317,6 +361,8 @@ class SuiteItem:
             included); None when turn recovery did not run.
         chat_template_kwargs: Template switches the prompt was rendered with (e.g.
             ``{"enable_thinking": false}``), for clients that pass them to the server.
+        ambiguities: Where the prompt has two readings that re-render alike, which one the
+            messages hold and why (:class:`Ambiguity`).
     """
 
     id: str
@@ -340,6 +386,7 @@ class SuiteItem:
     fidelity_reason: str | None = None
     chat_template_kwargs: dict[str, Any] | None = field(default=None, repr=False)
     structure: str | None = None
+    ambiguities: tuple[Ambiguity, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The ``suite.jsonl`` object (key order fixed, so output is byte-stable)."""
@@ -359,6 +406,7 @@ class SuiteItem:
             "fidelity": self.fidelity,
             "fidelity_reason": self.fidelity_reason,
             "structure": self.structure,
+            "ambiguities": [a.to_dict() for a in self.ambiguities],
             "messages": list(self.messages) if self.messages is not None else None,
             "tools": list(self.tools) if self.tools is not None else None,
             "chat_template_kwargs": self.chat_template_kwargs,
@@ -395,6 +443,7 @@ class SuiteItem:
             fidelity_reason=d.get("fidelity_reason"),
             chat_template_kwargs=d.get("chat_template_kwargs"),
             structure=d.get("structure"),
+            ambiguities=tuple(Ambiguity.from_dict(a) for a in d.get("ambiguities") or ()),
         )
 
 

@@ -10,11 +10,13 @@ candidate pool the pass keeps anyway), so both commands give the same verdict an
   row at all is inside the vocabulary. Otherwise the other two checks, run on the valid rows,
   decide: a few corrupt rows are not a wrong tokenizer;
 * ``template_markers`` — the markers the chat template puts in every prompt are in every prompt:
-  the ids common to the start of every rendered probe conversation (e.g. ``<|im_start|>`` or a BOS
-  token) open each prompt, and the generation prompt (what ``add_generation_prompt`` appends,
-  e.g. ``<|im_start|>assistant\\n``) occurs in each prompt. Both are learned by rendering probe
-  conversations through the tokenizer's own template (:func:`learn_markers`), so nothing is model
-  specific;
+  each prompt opens as one of the template's layouts opens (e.g. ``<|im_start|>``, a BOS token,
+  or Mistral's ``<s>[INST]`` and, with tools, ``<s>[AVAILABLE_TOOLS]``), and holds the generation
+  prompt (what ``add_generation_prompt`` appends, e.g. ``<|im_start|>assistant\\n``). Both are
+  learned by rendering probe conversations in every layout (with and without a system prompt
+  and tools, tool calls with ids and their results, reasoning, several turns) through the
+  tokenizer's own template (:func:`~distprompt.recover.markers.learn_layouts`), so nothing
+  is model specific;
 * ``round_trip`` — decoded prompts of a uniform sample re-encode to the same ids.
 
 The marker check runs inside the corpus pass (:class:`RowCheck` checks each valid row, and the
@@ -41,6 +43,7 @@ import numpy as np
 
 from distprompt.errors import DataError, TemplateError
 from distprompt.read.fastrow import RowView
+from distprompt.recover.markers import Markers, learn_layouts, learn_markers
 
 __all__ = [
     "MIN_MISMATCH_ROWS",
@@ -49,8 +52,10 @@ __all__ = [
     "ROUND_TRIP_SAMPLE",
     "Check",
     "Checks",
+    "Markers",
     "RowCheck",
     "TokenizerFigures",
+    "learn_layouts",
     "learn_markers",
     "prepare_checks",
     "row_problem",
@@ -69,19 +74,6 @@ MIN_MISMATCH_ROWS = 3
 MIN_ROUND_TRIP = 0.5
 #: Prompts per source decoded and re-encoded by the round-trip check.
 ROUND_TRIP_SAMPLE = 64
-
-_PROBES: tuple[tuple[dict[str, str], ...], ...] = (
-    ({"role": "user", "content": "Hello there, how are you?"},),
-    (
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "What is 2 + 2?"},
-    ),
-    (
-        {"role": "user", "content": "Hi"},
-        {"role": "assistant", "content": "Hello! What can I do?"},
-        {"role": "user", "content": "Name a colour."},
-    ),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,99 +152,40 @@ class TokenizerFigures:
         }
 
 
-def _render(tok: Any, messages: Sequence[dict[str, str]], *, gen: bool) -> list[int]:
-    out = tok.apply_chat_template(list(messages), tokenize=True, add_generation_prompt=gen)
-    if hasattr(out, "keys"):  # transformers 5 returns a BatchEncoding
-        out = out["input_ids"]
-    return [int(i) for i in out]
-
-
-def _common_prefix(seqs: Sequence[Sequence[int]]) -> list[int]:
-    if not seqs:
-        return []
-    n = min(len(s) for s in seqs)
-    out: list[int] = []
-    for i in range(n):
-        v = seqs[0][i]
-        if any(s[i] != v for s in seqs[1:]):
-            break
-        out.append(v)
-    return out
-
-
-def learn_markers(
-    tokenizer: Any, *, strict: bool = False
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Learn, from the chat template, the ids every prompt starts with and the generation prompt.
-
-    Probe conversations (user only, system + user, a multi-turn chat) are rendered with and
-    without ``add_generation_prompt``. The start markers are the ids common to the start of every
-    render; the generation prompt is what ``add_generation_prompt`` appends, when it is the same
-    for every probe.
-
-    Args:
-        tokenizer: Anything with a ``chat_template`` and ``apply_chat_template(messages,
-            tokenize=True, add_generation_prompt=...)``: a ``transformers`` tokenizer or a
-            :class:`~distprompt.recover.light.LightTokenizer`.
-        strict: Raise on the first probe the template fails to render (else such a probe is
-            left out, and only none rendering raises).
-
-    Raises:
-        TemplateError: No chat template, or it renders none of the probes (with ``strict``:
-            fails on one).
-
-    Example:
-        >>> start, gen = learn_markers(tok)  # doctest: +SKIP
-        >>> tok.decode(list(gen))  # doctest: +SKIP
-        '<|im_start|>assistant\\n'
-    """
-    if not getattr(tokenizer, "chat_template", None):
-        raise TemplateError("expected a tokenizer with a chat template, found none")
-    with_gen: list[list[int]] = []
-    suffixes: list[tuple[int, ...]] = []
-    errors: list[str] = []
-    for probe in _PROBES:
-        try:
-            a = _render(tokenizer, probe, gen=True)
-            b = _render(tokenizer, probe, gen=False)
-        except Exception as exc:  # templates raise anything (jinja, ValueError, ...)
-            if strict:
-                raise TemplateError(
-                    f"expected a chat template that renders simple conversations, found "
-                    f"{type(exc).__name__}: {exc}"
-                ) from exc
-            errors.append(f"{type(exc).__name__}: {exc}")
-            continue
-        with_gen.append(a)
-        common = len(_common_prefix([a, b]))
-        suffixes.append(tuple(a[common:]))
-    if not with_gen:
-        raise TemplateError(
-            "expected a chat template that renders simple conversations, found errors: "
-            + "; ".join(errors[:2])
-        )
-    start = tuple(_common_prefix(with_gen)) if len(with_gen) > 1 else ()
-    gen = suffixes[0] if suffixes and all(s == suffixes[0] for s in suffixes) else ()
-    return start, gen
-
-
 @dataclass(frozen=True, slots=True)
 class RowCheck:
     """The marker check of each valid row, run inside the pass (picklable for worker processes).
 
-    Ids outside the vocabulary are not checked here: the pass makes such a row a bad row
-    (``id_out_of_vocab``) before it reaches this check. The markers are compared as the bytes
-    of int64 arrays (one ``bytes`` compare or search a row, no numpy call on the hot path).
+    A row must open with ``start`` and, when the template's layouts open differently, with one
+    of ``starts``; it must hold ``gen`` or, when the layouts ask for a reply differently, one of
+    ``gens`` (:class:`Markers`). Ids outside the vocabulary are not checked here: the pass makes
+    such a row a bad row (``id_out_of_vocab``) before it reaches this check. The markers are
+    compared as the bytes of int64 arrays (one ``bytes`` compare or search a row, no numpy call
+    on the hot path).
     """
 
     start: tuple[int, ...]
     gen: tuple[int, ...]
+    starts: tuple[tuple[int, ...], ...] = ()
+    gens: tuple[tuple[int, ...], ...] = ()
     _start: bytes = field(init=False, repr=False, compare=False)
     _gen: bytes = field(init=False, repr=False, compare=False)
+    _starts: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
+    _gens: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_start", np.asarray(self.start, dtype=np.int64).tobytes())
-        object.__setattr__(self, "_gen", np.asarray(self.gen, dtype=np.int64).tobytes())
+        def raw(ids: Sequence[int]) -> bytes:
+            return np.asarray(ids, dtype=np.int64).tobytes()
+
+        object.__setattr__(self, "_start", raw(self.start))
+        object.__setattr__(self, "_gen", raw(self.gen))
+        object.__setattr__(self, "_starts", tuple(raw(s) for s in self.starts if s))
+        object.__setattr__(self, "_gens", tuple(raw(g) for g in self.gens if g))
+
+    @classmethod
+    def of(cls, markers: Markers) -> RowCheck:
+        """The row check of learned markers."""
+        return cls(markers.start, markers.gen, markers.starts, markers.gens)
 
     def __call__(self, row: RowView) -> list[str]:
         out: list[str] = []
@@ -261,7 +194,12 @@ class RowCheck:
             prompt = prompt.astype(np.int64)
         if self.start and prompt[: len(self.start)].tobytes() != self._start:
             out.append("template_start_missing")  # shorter than the marker included
-        if self.gen and not _contains(prompt, self._gen):
+        elif self._starts and not any(prompt[: len(s) // 8].tobytes() == s for s in self._starts):
+            out.append("template_start_missing")
+        if self.gen:
+            if not _contains(prompt, self._gen):
+                out.append("generation_prompt_missing")
+        elif self._gens and not any(_contains(prompt, g) for g in self._gens):
             out.append("generation_prompt_missing")
         return out
 
@@ -288,6 +226,19 @@ def show_ids(tok: Any, ids: Sequence[int]) -> str:
     from distprompt.recover.decode import decode
 
     return decode(tok, list(ids)) if ids else ""
+
+
+def show_markers(tok: Any, one: Sequence[int], alternatives: Sequence[Sequence[int]]) -> str:
+    """The text of a marker, or of its alternatives joined by `` | ``."""
+    if alternatives:
+        return " | ".join(show_ids(tok, a) for a in alternatives)
+    return show_ids(tok, one)
+
+
+def _quoted(tok: Any, one: Sequence[int], alternatives: Sequence[Sequence[int]]) -> str:
+    if alternatives:
+        return "(" + " or ".join(repr(show_ids(tok, a)) for a in alternatives) + ")"
+    return repr(show_ids(tok, one))
 
 
 def count_round_trips(
@@ -399,6 +350,11 @@ def row_problem(figures: TokenizerFigures, part: Any) -> DataError | None:
     rows, checked = sum(held.tally.skipped.values()), sum(_marker_rows(part)[1].values())
     if reason == "template_start_missing":
         expected = f"start with the chat template's start marker {figures.start_markers!r}"
+        if " | " in figures.start_markers:
+            expected = (
+                "start as one of the chat template's layouts does "
+                f"({figures.start_markers.replace(' | ', ' or ')})"
+            )
     else:
         expected = f"contain the generation prompt {figures.generation_prompt!r}"
     return DataError(
@@ -439,6 +395,9 @@ def tokenizer_checks(
     gen: Sequence[int],
     template_note: str,
     round_trips: Mapping[str, tuple[int, int, str | None]],
+    *,
+    starts: Sequence[Sequence[int]] = (),
+    gens: Sequence[Sequence[int]] = (),
 ) -> tuple[Check, ...]:
     """The three checks, from the pass's counts (``part``) and the round trips per source.
 
@@ -450,7 +409,7 @@ def tokenizer_checks(
     vocab = _vocab_check(part, total_rows, vocab_size)
     if total_rows == 0:
         markers = Check("template_markers", None, 0, 0, None, {}, "not run: no valid row")
-    elif template_note or (not start and not gen):
+    elif template_note or not (start or gen or starts or gens):
         markers = Check(
             "template_markers",
             None,
@@ -462,10 +421,10 @@ def tokenizer_checks(
         )
     else:
         parts = []
-        if start:
-            parts.append(f"start marker {show_ids(tok, start)!r}")
-        if gen:
-            parts.append(f"generation prompt {show_ids(tok, gen)!r}")
+        if start or starts:
+            parts.append(f"start marker {_quoted(tok, start, starts)}")
+        if gen or gens:
+            parts.append(f"generation prompt {_quoted(tok, gen, gens)}")
         markers = _rows_check("template_markers", part, " or ".join(parts) + " missing")
     ok = sum(r[0] for r in round_trips.values())
     n = sum(r[1] for r in round_trips.values())
@@ -500,6 +459,8 @@ class Checks:
         gen: The generation prompt every prompt contains (may be empty).
         template_note: Why the markers could not be learned ("" when they were).
         row_check: The per-row marker check for the pass (``scan(check=...)``).
+        starts: How the template's layouts open, when they differ (:class:`Markers`).
+        gens: The layouts' generation prompts, when they differ.
     """
 
     vocab_size: int
@@ -507,6 +468,21 @@ class Checks:
     gen: tuple[int, ...]
     template_note: str
     row_check: RowCheck
+    starts: tuple[tuple[int, ...], ...] = ()
+    gens: tuple[tuple[int, ...], ...] = ()
+
+    @classmethod
+    def of(cls, vocab_size: int, markers: Markers) -> Checks:
+        """The checks of learned markers."""
+        return cls(
+            vocab_size,
+            markers.start,
+            markers.gen,
+            "",
+            RowCheck.of(markers),
+            markers.starts,
+            markers.gens,
+        )
 
 
 def prepare_checks(tok: Any, vocab_size: int) -> Checks:
@@ -516,14 +492,10 @@ def prepare_checks(tok: Any, vocab_size: int) -> Checks:
         >>> checks = prepare_checks(tok, tinfo.vocab_size)  # doctest: +SKIP
         >>> part = scan(shards, check=checks.row_check, ...)  # doctest: +SKIP
     """
-    start: tuple[int, ...] = ()
-    gen: tuple[int, ...] = ()
-    note = ""
     try:
-        start, gen = learn_markers(tok)
+        return Checks.of(vocab_size, learn_layouts(tok))
     except TemplateError as exc:
-        note = str(exc)
-    return Checks(vocab_size, start, gen, note, RowCheck(start=start, gen=gen))
+        return Checks(vocab_size, (), (), str(exc), RowCheck(start=(), gen=()))
 
 
 def run_checks(
@@ -570,8 +542,8 @@ def run_checks(
         name=name,
         vocab_size=checks.vocab_size,
         has_chat_template=has_chat_template,
-        start_markers=show_ids(tok, checks.start),
-        generation_prompt=show_ids(tok, checks.gen),
+        start_markers=show_markers(tok, checks.start, checks.starts),
+        generation_prompt=show_markers(tok, checks.gen, checks.gens),
         checks=tokenizer_checks(
             part,
             total_rows,
@@ -581,6 +553,8 @@ def run_checks(
             checks.gen,
             checks.template_note,
             round_trips,
+            starts=checks.starts,
+            gens=checks.gens,
         ),
     )
     return figures, round_trips

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from distprompt.errors import TemplateError
-from distprompt.recover.checks import Checks, RowCheck, learn_markers, prepare_checks
+from distprompt.recover.checks import Checks, learn_layouts, prepare_checks
 
 __all__ = ["BackgroundLoad", "LightTokenizer", "light_checks", "load_light"]
 
@@ -47,7 +47,7 @@ _NAMED = (
 
 @dataclass(frozen=True, slots=True)
 class LightTokenizer:
-    """A ``tokenizers.Tokenizer`` with its chat template: enough for :func:`learn_markers`.
+    """A ``tokenizers.Tokenizer`` with its chat template: enough for :func:`learn_layouts`.
 
     Attributes:
         name: What the user passed (as :class:`~distprompt.recover.decode.TokenizerInfo.name`).
@@ -65,12 +65,18 @@ class LightTokenizer:
         """Ids the tokenizer knows, added tokens included (what ``len()`` of the real one is)."""
         return int(self.backend.get_vocab_size(with_added_tokens=True))
 
+    @property
+    def added_tokens_decoder(self) -> dict[int, Any]:
+        """The added tokens by id (what the real one's attribute of that name holds)."""
+        return dict(self.backend.get_added_tokens_decoder())
+
     def apply_chat_template(
         self,
         conversation: Sequence[Mapping[str, Any]],
         *,
         tokenize: bool = True,
         add_generation_prompt: bool = False,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[int] | str:
         """Render and encode a conversation as ``transformers``' ``apply_chat_template`` does.
 
@@ -82,7 +88,7 @@ class LightTokenizer:
         messages = [{k: v for k, v in dict(m).items() if v is not None} for m in conversation]
         text = _compile(self.chat_template).render(
             messages=messages,
-            tools=None,
+            tools=list(tools) if tools else None,
             documents=None,
             add_generation_prompt=add_generation_prompt,
             **self.template_context,
@@ -110,11 +116,11 @@ def light_checks(spec: Any) -> tuple[LightTokenizer, Checks] | None:
     if not light.chat_template:
         return light, prepare_checks(light, len(light))  # the same note as the real one's
     try:
-        start, gen = learn_markers(light, strict=True)
+        markers = learn_layouts(light, strict=True)
     except TemplateError as exc:
         logger.debug("%s: chat template not rendered without transformers: %s", spec, exc)
         return None
-    return light, Checks(len(light), start, gen, "", RowCheck(start=start, gen=gen))
+    return light, Checks.of(len(light), markers)
 
 
 def load_light(spec: Any) -> LightTokenizer | None:

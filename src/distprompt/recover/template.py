@@ -43,9 +43,13 @@ _LETTER_KIND = {
     "k": ARG_KEY,
     "v": ARG_VALUE,
 }
+# A tool call's id and a tool result's ``tool_call_id``, where the template prints them: one slot
+# each (any id format the data holds: Mistral's nine characters, Kimi-K2's functions.NAME:IDX).
+CALL_ID, RESULT_ID = "call_id", "result_id"
 # letter, message index, item index (tool call or definition), argument index (keys and values)
-_SENTINEL_RE = re.compile(r"(?:QZX|qzx)([a-z])(\d{2})(\d)(\d?)(?:ZQX|zqx)")
-_SENTINEL_STEMS = ("QZX", "qzx", "ZQX", "zqx")
+_SENTINEL_RE = re.compile(r"(?:QZX|qzx)([a-z])(\d{2})(\d)(\d?)(?:ZQX|zqx)|QQ([ij])(\d{2})(\d)()ZqX")
+_SENTINEL_STEMS = ("QZX", "qzx", "ZQX", "zqx", "ZqX")
+_ID_KIND = {"i": CALL_ID, "j": RESULT_ID}
 # Only consulted when the template never renders ``reasoning_content``, so its tags cannot be
 # read off a probe: the first pair whose closing tag the template source mentions is used.
 _FALLBACK_REASONING_TAGS = (
@@ -133,6 +137,11 @@ def _s(letter: str, msg: int, k: int = 0) -> str:
     return f"QZX{letter}{msg:02d}{k}ZQX"
 
 
+def _id(letter: str, msg: int, k: int = 0) -> str:
+    # Nine letters and digits: templates may insist on a length (Mistral's tool-call ids).
+    return f"QQ{letter}{msg:02d}{k}ZqX"
+
+
 def _arg_key(msg: int, k: int, j: int) -> str:
     # Lower case: templates and JSON keep keys as written, and keys are often identifiers.
     return f"qzxk{msg:02d}{k}{j}zqx"
@@ -153,12 +162,13 @@ def _tool_def(k: int) -> dict[str, Any]:
     }
 
 
-def _call(msg: int, k: int, *, as_string: bool) -> dict[str, Any]:
+def _call(msg: int, k: int, *, as_string: bool, bare: bool = False) -> dict[str, Any]:
     # Two string arguments with sentinel keys and values: a template that writes the arguments as
     # one JSON object shows that object (a CALL_ARGS slot); one that writes them key by key shows
-    # the literals around each key and value, and between two arguments.
-    args = {_arg_key(msg, k, j): _arg_value(msg, k, j) for j in range(2)}
+    # the literals around each key and value, and between two arguments. ``bare``: none.
+    args = {} if bare else {_arg_key(msg, k, j): _arg_value(msg, k, j) for j in range(2)}
     return {
+        "id": _id("i", msg, k),
         "type": "function",
         "function": {
             "name": f"qzxn{msg:02d}{k}zqx",
@@ -199,6 +209,9 @@ def _probe_slots(text: str, calls: dict[str, Any], defs: list[dict[str, Any]]) -
         if m.group(0) in seen:
             continue  # a template echoing a sentinel twice: the first one is the slot
         seen.add(m.group(0))
+        if m.group(5) is not None:
+            found.append(_ProbeSlot(_ID_KIND[m.group(5)], m.start(), m.end(), int(m.group(6))))
+            continue
         kind = _LETTER_KIND.get(m.group(1))
         msg = int(m.group(2))
         if kind is None:
@@ -351,7 +364,8 @@ def learn_template(tokenizer: Any) -> TemplateProfile:
         return {"role": "assistant", "content": _s("a", i) if content is None else content, **extra}
 
     def t(i: int) -> dict[str, Any]:
-        return {"role": "tool", "content": _s("t", i)}
+        # Its own id sentinel: the call's id printed twice would not be a slot the second time.
+        return {"role": "tool", "tool_call_id": _id("j", i), "content": _s("t", i)}
 
     sys0 = {"role": "system", "content": _s("s", 0)}
     defs = [_tool_def(0), _tool_def(1)]
@@ -385,6 +399,15 @@ def learn_template(tokenizer: Any) -> TemplateProfile:
             # A second reasoned call after a tool result: agent traces reason at every step.
             again = a(3, content, reasoning_content=_s("r", 3), tool_calls=calls(3, 1))
             lr.learn("reasoning_last", [u(0), reasoned, t(2), again, t(4)], one, **kw)
+        if ARG_KEY in lr.kinds_seen:
+            # Key by key, a call without arguments has literals of its own: after its name
+            # comes the next call or the end of the calls, not a key.
+            bare = _call(1, 0, as_string=as_string, bare=True)
+            lr.learn("calls_no_arguments", [u(0), a(1, tool_calls=[bare, *calls(1, 2)[1:]]),
+                     t(2), t(3)], one, **kw)  # fmt: skip
+            last = _call(1, 1, as_string=as_string, bare=True)
+            lr.learn("calls_no_arguments_last", [u(0), a(1, tool_calls=[*calls(1, 1), last]),
+                     t(2), t(3)], one, **kw)  # fmt: skip
 
     plain_probes({})
     supports_system = lr.outcomes.get("base_sys", False)

@@ -17,14 +17,18 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from distprompt.records import Ambiguity
+from distprompt.recover.ambiguity import user_reading
 from distprompt.recover.template import (
     ARG_KEY,
     ARG_VALUE,
     ASSISTANT,
     CALL_ARGS,
+    CALL_ID,
     CALL_NAME,
     END,
     REASONING,
+    RESULT_ID,
     START,
     SYSTEM,
     TOOL,
@@ -37,7 +41,9 @@ __all__ = ["RecoveredTurns", "recover_turns"]
 
 logger = logging.getLogger("distprompt.recover.turns")
 
-_ASSISTANT_KINDS = frozenset({ASSISTANT, REASONING, CALL_NAME, CALL_ARGS, ARG_KEY, ARG_VALUE})
+_ASSISTANT_KINDS = frozenset(
+    {ASSISTANT, REASONING, CALL_NAME, CALL_ARGS, CALL_ID, ARG_KEY, ARG_VALUE}
+)
 _PARSE_BUDGET = 20_000  # DFS steps; real prompts need about one step per slot
 _MAX_READINGS = 4  # complete parses tried per automaton before settling for the first
 _DIGITS = re.compile(r"\d+")
@@ -63,6 +69,8 @@ class RecoveredTurns:
         structure: ``turns`` when every turn was recognised (no template marker inside any
             message), ``flat`` for the declared fallback: the prompt text in fewer messages,
             template markers included.
+        ambiguities: Where the tokens have two readings, the one kept
+            (:mod:`distprompt.recover.ambiguity`).
     """
 
     messages: tuple[dict[str, Any], ...]
@@ -71,6 +79,7 @@ class RecoveredTurns:
     reason: str | None
     chat_template_kwargs: dict[str, Any] | None = None
     structure: str = "turns"
+    ambiguities: tuple[Ambiguity, ...] = ()
 
 
 # --------------------------------------------------------------------------- parsing
@@ -167,7 +176,10 @@ def _candidates(
             if not _slot_ok(text, kind, start, pos, masked, forbid):
                 continue
             out.append((pos, nxt, new, lit))
-    out.sort(key=lambda c: (c[0], c[1] != END, -len(c[3])))
+    # At one position the longest literal first; a system slot after a user one with the same
+    # literal: a template that writes the system prompt into a user turn leaves both readings
+    # open, and the user one invents nothing (recover/ambiguity.py records the other).
+    out.sort(key=lambda c: (c[0], c[1] != END, -len(c[3]), c[1] == SYSTEM))
     return out
 
 
@@ -179,7 +191,7 @@ def _slot_ok(
     masked: list[int] | None,
     forbid: tuple[str, ...] = (),
 ) -> bool:
-    if kind in (CALL_NAME, ARG_KEY) and (
+    if kind in (CALL_NAME, ARG_KEY, CALL_ID, RESULT_ID) and (
         start == end or "\n" in text[start:end] or end - start > 256
     ):
         return False
@@ -277,12 +289,15 @@ def _build(
                 obj if profile.tool_def_form == "tool" else {"type": "function", "function": obj}
             )
             continue
-        opens = s.kind in (SYSTEM, USER, TOOL) or s.new or not groups
+        # A result's printed id may come before its content (``## Return of ID``): one message.
+        after_id = bool(groups) and groups[-1][-1].kind == RESULT_ID and not s.new
+        opens = (s.kind in (SYSTEM, USER, TOOL) and not after_id) or s.new or not groups
         if opens:
             groups.append([s])
         else:
             groups[-1].append(s)
-    turns = [_turn(text, g, profile) for g in groups]
+    names = [str((t.get("function") or t).get("name", "")) for t in tools]
+    turns = [_turn(text, g, profile, names) for g in groups]
     systems = [i for i, t in enumerate(turns) if t.message["role"] == SYSTEM]
     if len(systems) == 1 and systems[0] > 0:
         # Templates that write the system prompt into the last user turn (Mistral v3 style) read
@@ -291,14 +306,38 @@ def _build(
     return turns, tools
 
 
-def _turn(text: str, group: list[_Slot], profile: TemplateProfile) -> _Turn:
+def _name_in_id(call_id: str, names: Sequence[str]) -> str:
+    """The one defined tool whose name the id holds as a whole word (``functions.NAME:0``):
+    a template that prints only the id still names the call there. "" when not one."""
+    found = [n for n in names if n and re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", call_id)]
+    return found[0] if len(set(found)) == 1 else ""
+
+
+def _turn(
+    text: str, group: list[_Slot], profile: TemplateProfile, names: Sequence[str] = ()
+) -> _Turn:
     head = group[0]
     span = (head.lit_start, group[-1].end)
-    if head.kind in (SYSTEM, USER, TOOL):
+    if head.kind in (TOOL, RESULT_ID):
+        result: dict[str, Any] = {"role": TOOL}
+        for s in group:
+            if s.kind == RESULT_ID:
+                result["tool_call_id"] = text[s.start : s.end]
+            elif s.kind == TOOL:
+                result["content"] = text[s.start : s.end]
+        result.setdefault("content", "")
+        variants = [result]
+        unescaped = _json_string(text, group[-1] if group[-1].kind == TOOL else head)
+        if unescaped is not None:
+            # A template that JSON-encodes results (``content | tojson``): the text as sent.
+            variants.insert(0, {**result, "content": unescaped})
+        return _Turn(variants, *span)
+    if head.kind in (SYSTEM, USER):
         plain = {"role": head.kind, "content": text[head.start : head.end]}
         return _Turn([plain], *span)
     content, reasoning, r_slot, a_slot = "", None, None, None
     calls: list[dict[str, Any]] = []
+    pending_id: str | None = None
     key: str | None = None
     keyed = False  # arguments written key by key: values are typed one by one
     for s in group:
@@ -309,6 +348,19 @@ def _turn(text: str, group: list[_Slot], profile: TemplateProfile) -> _Turn:
             content, a_slot = seg, s
         elif s.kind == CALL_NAME:
             calls.append({"type": "function", "function": {"name": seg, "arguments": ""}})
+            if pending_id is not None:
+                calls[-1]["id"], pending_id = pending_id, None
+        elif s.kind == CALL_ID:
+            # Printed after its call's name (Mistral) or before it; a template that prints no
+            # name (Kimi-K2's section tokens) starts the call with its id.
+            if not _prints_names(profile):
+                name = _name_in_id(seg, names)
+                calls.append({"id": seg, "type": "function", "function": {"name": name}})
+                calls[-1]["function"]["arguments"] = ""
+            elif calls and "id" not in calls[-1]:
+                calls[-1]["id"] = seg
+            else:
+                pending_id = seg
         elif s.kind == CALL_ARGS and calls:
             calls[-1]["function"]["arguments"] = seg
         elif s.kind == ARG_KEY and calls:
@@ -329,9 +381,9 @@ def _turn(text: str, group: list[_Slot], profile: TemplateProfile) -> _Turn:
     elif profile.reasoning_tags and profile.reasoning_tags[1] in content:
         bodies.append((content, ""))
     arg_forms = [False] if profile.tool_arguments_as_string else [True, False]
-    if keyed:
+    if keyed or profile.arguments_style == "keys":
         # JSON-encoded where the template encoded them (numbers, lists, objects), else strings;
-        # every value a string is the other reading.
+        # every value a string is the other reading. A call without a key has no arguments.
         for c in calls:
             if not isinstance(c["function"]["arguments"], dict):
                 c["function"]["arguments"] = {}
@@ -345,6 +397,25 @@ def _turn(text: str, group: list[_Slot], profile: TemplateProfile) -> _Turn:
             msg["tool_calls"] = [_call_variant(c, parse_json=parse_json) for c in calls]
         variants.append(msg)
     return _Turn(variants, *span)
+
+
+@functools.lru_cache(maxsize=8)
+def _prints_names(profile: TemplateProfile) -> bool:
+    return any(CALL_NAME in (prev, nxt) for prev, nxt, _new, _lit in profile.transitions)
+
+
+def _json_string(text: str, slot: _Slot) -> str | None:
+    """The slot's text as a JSON string encoding it, when the template wrote it in quotes."""
+    if slot.start == 0 or slot.end >= len(text) or text[slot.start - 1] != '"':
+        return None
+    if text[slot.end] != '"':
+        return None
+    seg = text[slot.start : slot.end]
+    try:
+        value = json.loads(f'"{seg}"')
+    except ValueError:
+        return None
+    return value if isinstance(value, str) and value != seg else None
 
 
 def _typed(value: str) -> Any:
@@ -366,7 +437,10 @@ def _call_variant(call: dict[str, Any], *, parse_json: bool) -> dict[str, Any]:
         except ValueError:
             parsed = None
         args = parsed if isinstance(parsed, dict) else args
-    return {"type": "function", "function": {"name": call["function"]["name"], "arguments": args}}
+    out: dict[str, Any] = {"id": call["id"]} if "id" in call else {}
+    out["type"] = "function"
+    out["function"] = {"name": call["function"]["name"], "arguments": args}
+    return out
 
 
 def _reasoning_opener(text: str, r_slot: _Slot, profile: TemplateProfile) -> str:
@@ -617,6 +691,12 @@ def recover_turns(
         return RecoveredTurns(messages, out_tools, fidelity, reason, switches, structure)
 
     if rendered == body and text_ok and not shift:
+        if structure == "turns":
+            kept, ambiguity = user_reading(tokenizer, body, messages, tools, switches, profile)
+            if ambiguity is not None:
+                return RecoveredTurns(
+                    tuple(kept), out_tools, "tokens", None, switches, structure, (ambiguity,)
+                )
         return result("tokens", None)
     got = _encode(tokenizer, rendered)[0] if rendered is not None else []
     if got == ids:

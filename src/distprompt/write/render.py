@@ -511,17 +511,19 @@ def _recovery_lines(report: Report) -> list[str]:
         "",
         "Token-exact: the messages re-render to the prompt ids. Structured: every turn was "
         "recognised (`structure: turns`); the rest are flat fallbacks (prompt text, template "
-        "markers included, in fewer messages).",
+        "markers included, in fewer messages). Ambiguous: items whose tokens have two "
+        "readings (a system prompt the template writes into a user turn); the one kept is on "
+        "the item (`ambiguities`).",
         "",
-        "| source | items | token-exact | structured |",
-        "|---|---|---|---|",
+        "| source | items | token-exact | structured | ambiguous |",
+        "|---|---|---|---|---|",
     ]
     rows = [("**overall**", rec)]
     rows += [(s, v.get("recovery") or {}) for s, v in report.sources.items()]
     for name, r in rows:
         lines.append(
             f"| {name} | {r.get('items', 0)} | {_f(r.get('tokens'), True)} | "
-            f"{_f(r.get('turns'), True)} |"
+            f"{_f(r.get('turns'), True)} | {r.get('ambiguous', 0)} |"
         )
     return lines
 

@@ -461,13 +461,15 @@ def build_report(
 
 def _recovery(items: Sequence[SuiteItem]) -> dict[str, Any]:
     """Turn-recovery rates: share of items token-exact and share whose every turn was recognised
-    (``structure: turns``; the rest are flat fallbacks). None where turn recovery did not run."""
+    (``structure: turns``; the rest are flat fallbacks), and how many items hold a reading the
+    tokens leave open (``ambiguities``). None where turn recovery did not run."""
     checked = [it for it in items if it.fidelity is not None]
     n = len(checked)
     return {
         "items": n,
         "tokens": rounded(sum(it.fidelity == "tokens" for it in checked) / n) if n else None,
         "turns": rounded(sum(it.structure == "turns" for it in checked) / n) if n else None,
+        "ambiguous": sum(bool(it.ambiguities) for it in checked),
     }
 
 

@@ -238,6 +238,18 @@ def _caveats(manifest: dict[str, Any]) -> str:
             f"only {exact} of {n} items ({100.0 * exact / n:.0f}%) are token-exact; the others "
             "are listed in manifest.json fidelity_issues"
         )
+    readings: dict[str, int] = {}
+    for s in manifest.get("sources", {}).values():
+        for k, v in (s.get("ambiguities") or {}).items():
+            reading = k.rpartition(":")[2]
+            readings[reading] = readings.get(reading, 0) + v
+    if readings:
+        said = {"user": "kept as user text", "system": "read as a system prompt by evidence"}
+        kept = ", ".join(f"{v} {said.get(k, k)}" for k, v in sorted(readings.items(), reverse=True))
+        out.append(
+            f"{sum(readings.values())} ambiguous system/user turns ({kept}; see "
+            "manifest.json sources.*.ambiguities)"
+        )
     return f" — {'; '.join(out)}" if out else ""
 
 
