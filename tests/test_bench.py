@@ -382,11 +382,11 @@ def test_server_going_away_stops_the_run_and_keeps_what_finished(
 
 
 def test_bad_options_and_occupied_out(suite_dir: Path, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="--api"):
+    with pytest.raises(ConfigError, match="`api`"):
         bench(suite_dir, url="http://127.0.0.1:1", api="tgi")
-    with pytest.raises(ConfigError, match="--sources: expected sources of the suite"):
+    with pytest.raises(ConfigError, match="`sources`: expected sources of the suite"):
         bench(suite_dir, url="http://127.0.0.1:1", api="sglang", sources=["nope"])
-    with pytest.raises(ConfigError, match="--concurrency"):
+    with pytest.raises(ConfigError, match="`concurrency`"):
         bench(suite_dir, url="http://127.0.0.1:1", api="sglang", concurrency=[0])
     other = tmp_path / "other"
     other.mkdir()

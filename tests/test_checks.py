@@ -84,7 +84,7 @@ def test_larger_vocabulary_is_refused_with_inspects_message(
     assert msg.startswith(info.mismatch), (msg, info.mismatch)
     assert "template_markers check failed" in msg and "round_trip check failed" in msg
     assert f"first at {SHARD}:1" in msg and "in 12 of 12 rows" in msg
-    assert "pass the tokenizer the data was made with" in msg and "--no-tokenizer-check" in msg
+    assert "pass the tokenizer the data was made with" in msg and "`check_tokenizer=False`" in msg
 
 
 def test_smaller_vocabulary_is_refused(qwen_data: Path, deepseek_dir: Path) -> None:
@@ -355,7 +355,7 @@ def test_a_row_without_the_markers_is_a_bad_row_not_a_wrong_tokenizer(
     )
     msg = str(ei.value)
     assert "a problem of this row, not of the tokenizer (2 of 14 rows" in msg
-    assert "does not match" not in msg and "--on-error skip" in msg
+    assert "does not match" not in msg and '`on_error="skip"`' in msg
     code, err = _export(data, qwen_dir, tmp_path / "out", capsys=capsys)
     assert code == 2 and err.startswith("error: s.jsonl:6: expected the prompt")
     assert not (tmp_path / "out").exists()

@@ -85,7 +85,7 @@ def test_save_refuses_an_existing_folder_unless_overwrite(
     out = tmp_path / "out"
     out.mkdir()
     (out / MANIFEST_NAME).write_text("old")
-    with pytest.raises(OutputError, match="--overwrite"):
+    with pytest.raises(OutputError, match="`overwrite=True`"):
         suite.save(out, formats=["token_ids"], tokenizer=qwen_tokenizer)
     assert (out / MANIFEST_NAME).read_text() == "old"
     suite.save(out, formats=["token_ids"], tokenizer=qwen_tokenizer, overwrite=True)

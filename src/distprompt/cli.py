@@ -15,7 +15,7 @@ import typer
 
 from distprompt._version import __version__
 from distprompt.config import ALLOCATIONS, ENGINES, METHODS, ON_ERROR, Config
-from distprompt.errors import DistpromptError
+from distprompt.errors import DistpromptError, cli_spelling
 
 __all__ = ["app", "main"]
 
@@ -588,7 +588,8 @@ def _main(argv: list[str] | None) -> int:
     _state["signal"] = None
     _state["interrupt_note"] = None
     try:
-        rv = app(args=argv, standalone_mode=False)
+        with cli_spelling():
+            rv = app(args=argv, standalone_mode=False)
     except DistpromptError as exc:
         if _state["verbose"]:
             import traceback

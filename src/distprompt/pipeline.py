@@ -43,7 +43,7 @@ from distprompt.choose.vectorize import (
 )
 from distprompt.config import Config, OnError, resolve
 from distprompt.corpus import CorpusInfo, corpus_info
-from distprompt.errors import ConfigError, InputError, TokenizerError
+from distprompt.errors import ConfigError, InputError, TokenizerError, api_spelling
 from distprompt.read.scan import (
     REPLY_SAMPLE,
     BottomK,
@@ -110,6 +110,7 @@ def _slug(s: str) -> str:
     return out[:40] or "source"
 
 
+@api_spelling
 def build_suite(
     data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
@@ -368,6 +369,7 @@ def build_suite(
     return Suite(items, manifest, report=report, tokenizer=tok, plots=plots)
 
 
+@api_spelling
 def export_suite(
     data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     out: str | os.PathLike[str],
@@ -428,6 +430,7 @@ def export_suite(
 INSPECT_MAX_CANDIDATES = 4096
 
 
+@api_spelling
 def inspect_corpus(
     data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from distprompt.benchmark.run import BenchResults, check_results_dir, source_shares
-from distprompt.errors import InputError
+from distprompt.errors import InputError, api_spelling
 from distprompt.records import SuiteItem
 from distprompt.write.formats import last_user_text, text_of
 
@@ -78,6 +78,7 @@ def _find(run_dir: Path) -> Path:
     return hits[0]
 
 
+@api_spelling
 def import_aiperf(
     run_dir: str | os.PathLike[str],
     *,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from distprompt.errors import DistpromptError, InputError
+from distprompt.errors import DistpromptError, InputError, api_spelling
 from distprompt.records import SuiteItem
 from distprompt.write.formats import FORMATS
 from distprompt.write.out_dir import (
@@ -104,6 +104,7 @@ class Suite:
     def manifest_bytes(self) -> bytes:
         return orjson.dumps(self.manifest, option=_JSON_OPTS | orjson.OPT_INDENT_2) + b"\n"
 
+    @api_spelling
     def save(
         self,
         out: str | os.PathLike[str],
@@ -190,6 +191,7 @@ class Suite:
         return "\n".join(lines)
 
     @classmethod
+    @api_spelling
     def load(cls, path: str | os.PathLike[str]) -> Suite:
         """Read a suite folder written by :meth:`save`.
 
