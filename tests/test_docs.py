@@ -234,3 +234,39 @@ def test_readme_then_every_quickstart_block_runs_in_a_fresh_copy(tmp_path: Any) 
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert (repo / "corpus.json").is_file() and (repo / "out" / "mix" / "RUN.md").is_file()
+
+
+HELP_SNAPSHOT = REPO_ROOT / "tests" / "help_80.txt"
+
+
+def _help_at_80() -> str:
+    env = dict(os.environ, COLUMNS="80", NO_COLOR="1", TERM="dumb")
+    parts = []
+    for name in ["", *sorted(_commands())]:
+        args = [name] if name else []
+        r = subprocess.run(
+            [sys.executable, "-m", "distprompt", *args, "--help"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+        )
+        parts.append(f"$ distprompt {name} --help".replace("  ", " ") + "\n" + r.stdout)
+    return "\n".join(parts)
+
+
+def test_help_fits_80_columns_and_matches_the_snapshot() -> None:
+    """Issue 28: at 80 columns rich cut options with '…', showed flags as <bool> and ate
+    '[ray]' from a pip extra. DISTPROMPT_UPDATE_SNAPSHOT=1 rewrites tests/help_80.txt."""
+    text = _help_at_80()
+    long = [ln for ln in text.splitlines() if len(ln) > 80]
+    assert not long, long
+    assert "…" not in text and "<bool>" not in text
+    cut = [ln for ln in text.splitlines() if ln.endswith("...") and "Usage:" not in ln]
+    assert not cut, cut  # click's cut of a command's one-line help
+    assert "pip install 'distprompt[ray]'" in text
+    if os.environ.get("DISTPROMPT_UPDATE_SNAPSHOT") == "1":
+        HELP_SNAPSHOT.write_text(text, encoding="utf-8")
+    assert text == HELP_SNAPSHOT.read_text(encoding="utf-8"), (
+        "--help changed: review it at 80 columns and rerun with DISTPROMPT_UPDATE_SNAPSHOT=1"
+    )
