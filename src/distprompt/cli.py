@@ -14,7 +14,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from distprompt._version import __version__
-from distprompt.config import ALLOCATIONS, ENGINES, METHODS, ON_ERROR, Config
+from distprompt.config import ALLOCATIONS, ENGINES, METHODS, ON_ERROR, PER_SOURCE, Config
 from distprompt.errors import DistpromptError, cli_spelling
 
 __all__ = ["app", "main"]
@@ -131,8 +131,11 @@ def export(
     ],
     out: Annotated[Path, typer.Option("--out", "-o", metavar="OUT", help="Output folder.")],
     per_source: Annotated[
-        int, typer.Option(help="Items from every source (ignored with --total).", min=1)
-    ] = 50,
+        int | None,
+        typer.Option(
+            metavar="N", help="Items from every source (default 50); not with --total.", min=1
+        ),
+    ] = None,
     total: Annotated[
         int | None, typer.Option(help="Total items, split between sources by --allocation.", min=1)
     ] = None,
@@ -140,7 +143,9 @@ def export(
         Allocation,  # type: ignore[valid-type]
         typer.Option(help="How --total is split: by rows, sqrt of rows, or equally."),
     ] = "proportional",
-    min_per_source: Annotated[int, typer.Option(help="Floor per source with --total.", min=0)] = 0,
+    min_per_source: Annotated[
+        int, typer.Option(help="Floor per source; only with --total.", min=0)
+    ] = 0,
     max_candidates: Annotated[
         int,
         typer.Option(help="Unique prompts kept per source for selection (bounds memory).", min=1),
@@ -208,7 +213,7 @@ def export(
     from distprompt import export_suite
 
     config = Config(
-        per_source=None if total is not None else per_source,
+        per_source=PER_SOURCE if total is None and per_source is None else per_source,
         total=total,
         allocation=_value(allocation),
         min_per_source=min_per_source,
