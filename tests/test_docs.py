@@ -270,3 +270,13 @@ def test_help_fits_80_columns_and_matches_the_snapshot() -> None:
     assert text == HELP_SNAPSHOT.read_text(encoding="utf-8"), (
         "--help changed: review it at 80 columns and rerun with DISTPROMPT_UPDATE_SNAPSHOT=1"
     )
+
+
+def test_bench_docs_worked_example_uses_the_quickstart_suite() -> None:
+    """Issue 28: docs/bench.md's example said --per-source 10 where the quickstart uses 20."""
+    quick = set(re.findall(r"--per-source (\d+)", (DOCS / "quickstart.md").read_text("utf-8")))
+    readme = set(re.findall(r"--per-source (\d+)", (REPO_ROOT / "README.md").read_text("utf-8")))
+    assert len(quick) == 1 and quick <= readme, (quick, readme)
+    bench = (DOCS / "bench.md").read_text(encoding="utf-8")
+    example = bench[bench.index("## Worked example") :].split("```")[0]
+    assert set(re.findall(r"--per-source (\d+)", example)) == quick

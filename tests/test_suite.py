@@ -115,10 +115,14 @@ def test_summary_names_the_table_the_skips_and_the_caveat(suite: Suite) -> None:
         "selected",
         "take-all",
         "strata",
-        "tokens%",
+        "exact%",
         "turns%",
     ]
     assert row.split() == ["chat", "7", "6", "6", "3", "3", "-", "-", "67", "-"]
+    # issue 28: every column a reader cannot guess is explained under the table
+    legend = next(ln for ln in rest if ln.startswith("unique:"))
+    for col in ("cands:", "target:", "exact%:", "turns%:"):
+        assert col in legend, col
     assert "skipped rows: bad_json=1" in rest
     assert rest[-1].startswith("wrote 3 items to somewhere — only 2 of 3 items (67%)")
     assert repr(suite) == "Suite(3 items from 1 sources)"

@@ -338,7 +338,11 @@ def _q(q: Quantiles | None) -> list[str]:
 def _table(info: CorpusInfo) -> str:
     out = [
         f"{len(info.shards)} shards, {info.rows:,} rows, {_human_bytes(info.bytes)}"
-        + (f", {info.skipped_rows:,} bad lines skipped" if info.skipped_rows else "")
+        + (
+            f", {info.skipped_rows:,} bad {'line' if info.skipped_rows == 1 else 'lines'} skipped"
+            if info.skipped_rows
+            else ""
+        )
     ]
     if info.sources:
         mix: list[list[str]] = [

@@ -246,7 +246,7 @@ def _caveats(manifest: dict[str, Any]) -> str:
 def _summary_table(manifest: dict[str, Any]) -> str:
     head = (
         "source", "rows", "unique", "cands", "target", "selected", "take-all", "strata",
-        "tokens%", "turns%",
+        "exact%", "turns%",
     )  # fmt: skip
     lines = [head]
     worst = 0.0
@@ -283,6 +283,12 @@ def _summary_table(manifest: dict[str, Any]) -> str:
             )
         )
     out = format_table(lines)
+    out.append(
+        "unique: distinct prompts; cands: unique prompts kept for selection (a uniform sample, "
+        "at most --max-candidates); target: items asked for; exact%: items whose prompt "
+        "decodes to text that re-encodes to the exact ids; turns%: items whose every chat turn "
+        "was recognised (the rest are one flat message)"
+    )
     if designed:
         out.append(
             "take-all: rows whose first reply alone holds a pick's share of the source's reply "
