@@ -423,7 +423,8 @@ def _check_command(
     art = suite / ".check" / str(abs(hash(cmd)) % 10**8)
     art.mkdir(parents=True, exist_ok=True)
     if run.startswith("aiperf"):
-        run += f" --artifact-dir {art} --ui-type none"
+        # RUN.md names an artifact folder per command; the check keeps its own per command
+        run = re.sub(r" --artifact-dir \S+", "", run) + f" --artifact-dir {art} --ui-type none"
     if run.startswith("guidellm"):
         run += " --disable-console-interactive"
     if run.startswith("vllm") or run.startswith("python -m sglang"):

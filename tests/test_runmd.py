@@ -173,6 +173,19 @@ def test_aiperf_is_not_told_to_run_offline() -> None:
     assert not any("HF_HUB_OFFLINE=1 " in c for c in _blocks(text))
 
 
+def test_the_two_aiperf_runs_write_to_their_own_artifact_folders() -> None:
+    """Issue 28: both AIPerf commands wrote to AIPerf's default folder, the second over the
+    first."""
+    text = run_md(suite_items(), formats=["aiperf"], tokenizer_name="t")
+    dirs = [
+        re.search(r"--artifact-dir (\S+)", c).group(1)  # type: ignore[union-attr]
+        for c in _blocks(text)
+        if c.startswith("aiperf profile")
+    ]
+    assert len(dirs) == 2 and len(set(dirs)) == 2, dirs
+    assert f"distprompt bench-import {dirs[1]} --suite ." in text
+
+
 # 6. Temperature was never set in the vLLM, GuideLLM and AIPerf commands.
 @pytest.mark.parametrize("temperature", [0.0, 0.7])
 def test_every_command_sets_the_temperature(tmp_path: Path, temperature: float) -> None:

@@ -692,7 +692,7 @@ def _commands(fmt: str, plan: Plan, *, ctx: _Ctx) -> list[str]:
             "",
             *_aiperf(
                 "--input-file aiperf.jsonl --custom-dataset-type single_turn",
-                f"--request-count {k}",
+                f"--request-count {k} --artifact-dir artifacts/aiperf",
                 ctx=ctx,
             ),
             "",
@@ -700,11 +700,16 @@ def _commands(fmt: str, plan: Plan, *, ctx: _Ctx) -> list[str]:
             "",
             *_aiperf(
                 f"--input-file {AIPERF_MULTI_NAME} --custom-dataset-type multi_turn",
-                f"--conversation-num {k}",
+                f"--conversation-num {k} --artifact-dir artifacts/aiperf_multi_turn",
                 ctx=ctx,
             ),
             "",
             _sends(n_turns, f", one a user turn of the {k} sessions"),
+            "",
+            "Each run writes its own artifact folder (the same one would be overwritten); "
+            "`distprompt bench-import artifacts/aiperf_multi_turn --suite . --out <RESULTS>` "
+            "joins a run's requests back to the items (every turn counts for speed, the last "
+            "turn of a session for acceptance).",
         ]
     if fmt == "by_source":
         out = [
