@@ -9,6 +9,7 @@ import hashlib
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,7 +144,11 @@ def load_tokenizer(spec: str | os.PathLike[str] | Any) -> tuple[Any, TokenizerIn
             has_chat_template=bool(getattr(spec, "chat_template", None)),
         )
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    with warnings.catch_warnings():
+        # transformers imports tqdm.auto, which warns in a notebook without ipywidgets; no bar
+        # of the library is on there, so the warning is only noise
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     name = str(spec)
     if not name.strip():
