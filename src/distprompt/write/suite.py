@@ -158,6 +158,9 @@ class Suite:
             failed = _failed_verdict(self.manifest)
             if failed is not None and "run_md" in files:
                 _put_on_top(tmp / files["run_md"][0], failed)
+            skipped = _skipped_rows(self.manifest)
+            if skipped is not None and "run_md" in files:
+                _put_on_top(tmp / files["run_md"][0], skipped)
             if self._report is not None:
                 waited = time.perf_counter()
                 pngs = self._plots() if self._plots is not None else None
@@ -315,6 +318,24 @@ def _failed_verdict(manifest: dict[str, Any]) -> list[str] | None:
     ]
     lines += [f"> - {m}" for m in str(check.get("mismatch") or "").splitlines()]
     return lines
+
+
+def _skipped_rows(manifest: dict[str, Any]) -> list[str] | None:
+    """Markdown lines naming the bad rows left out of the corpus (``on_error="skip"``)."""
+    counts = manifest.get("counts") or {}
+    skipped: dict[str, int] = counts.get("skipped") or {}
+    if not skipped:
+        return None
+    first = counts.get("first_skipped") or {}
+    total = sum(skipped.values())
+    reasons = ", ".join(
+        f"{k}: {v}" + (f" (first at {first[k]})" if k in first else "") for k, v in skipped.items()
+    )
+    return [
+        f"> **{total} bad {'row' if total == 1 else 'rows'} skipped at export** (`--on-error "
+        f"skip`): {reasons}. The suite and its weights stand for the other rows only "
+        "(`manifest.json`, `counts.skipped`).",
+    ]
 
 
 def _put_on_top(path: Path, block: list[str]) -> None:
