@@ -95,7 +95,7 @@ def test_smaller_vocabulary_is_refused(qwen_data: Path, deepseek_dir: Path) -> N
     assert (ei.value.shard, ei.value.line, ei.value.reason) == (SHARD, 1, "id_out_of_vocab")
     assert "expected token ids below 128815" in str(ei.value)
     # every row fails so: the tokenizer is named, with the check, and skipping is not offered
-    assert "every row read here (12)" in str(ei.value)
+    assert "every row (12) of the shard" in str(ei.value)
     assert "vocabulary check says this is not the tokenizer the data was made with" in str(ei.value)
     assert "skip" not in str(ei.value)
     info = inspect_corpus(qwen_data, tokenizer=deepseek_dir)
@@ -427,5 +427,5 @@ def test_a_wrong_family_tokenizer_is_named_and_one_bad_row_is_the_rows(
         assert "a corrupt row, or data made with another tokenizer" in msg
         assert '`on_error="skip"`' in msg
     else:
-        assert f"each of the {WRONG_TOKENIZER_ROWS} rows read from this line on" in msg
+        assert f"each of the first {WRONG_TOKENIZER_ROWS} rows of the shard" in msg
         assert "vocabulary check says this is not the tokenizer" in msg and "skip" not in msg

@@ -72,8 +72,8 @@ REPLY_SAMPLE = 512
 #: Rows with the longest first replies kept per source, whatever their key (:class:`TopReplies`).
 HEAVY = 128
 
-#: Out-of-vocabulary rows in a row, from a unit's first row on, that name the tokenizer rather
-#: than a row when the run stops at bad rows: the data was made with another tokenizer.
+#: A shard's first rows all out of the vocabulary, this many (or every row of a shorter shard),
+#: name the tokenizer rather than a row when the run stops at a bad row (:func:`_wrong_tokenizer`).
 WRONG_TOKENIZER_ROWS = 32
 
 
@@ -696,10 +696,7 @@ def scan_unit(
     # and the prompt ids of its first ``sample`` candidates.
     hold = False
     lines = [0]
-    # Stopping at bad rows, out-of-vocabulary rows before any row in the vocabulary wait: when
-    # WRONG_TOKENIZER_ROWS of them (or the whole unit) fail so, the tokenizer is named, not a row.
-    oov = _OutOfVocab(vocab_size or 0, tokenizer_name) if on_error == "raise" else None
-    rows = iter_rows(
+    for row in iter_rows(
         shard,
         tally=part.tally,
         max_line_bytes=max_line_bytes,
@@ -707,20 +704,15 @@ def scan_unit(
         start=unit.start,
         end=unit.end,
         lines=lines,
-    )
-    for row in oov.watch(rows) if oov is not None else rows:
+    ):
         if vocab_size is not None:
             top = row.top_id(vocab_size)
             if top is not None:
-                exc = _oov_error(row, top, vocab_size, tokenizer_name)
-                if oov is not None and oov.wait(exc, top):
-                    continue
                 # A bad row like any other: whether the tokenizer is wrong is for the tokenizer
-                # checks to say, on the valid rows.
-                part.tally.bad(exc)
+                # checks to say, on the valid rows (and, stopping at it, for scan's second look
+                # at the shard's first rows: _wrong_tokenizer).
+                part.tally.bad(_oov_error(row, top, vocab_size, tokenizer_name))
                 continue
-            if oov is not None:
-                oov.fits()
         reasons = list(check(row)) if check is not None else None
         if reasons:
             # Whether this row is bad or the tokenizer wrong is for the verdict on the whole
@@ -756,64 +748,45 @@ def _oov_error(row: RowView, top: int, vocab_size: int, tokenizer_name: str) -> 
     )
 
 
-class _OutOfVocab:
-    """The out-of-vocabulary rows a unit starts with, while the run stops at bad rows.
+def _wrong_tokenizer(
+    exc: DataError, shard: Shard, *, vocab_size: int, tokenizer_name: str, max_line_bytes: int
+) -> DataError | None:
+    """The error naming the tokenizer, when the first bad row ``exc`` of ``shard`` (out of the
+    vocabulary) is one of the shard's first rows that all are: :data:`WRONG_TOKENIZER_ROWS` of
+    them, or every row of a shorter shard (two or more). None when a row fits before.
 
-    One such row is that row's problem; :data:`WRONG_TOKENIZER_ROWS` of them (or a whole unit
-    of two or more) with no row in the vocabulary are the tokenizer's: the error then says so,
-    names the vocabulary check, and does not offer to skip the data.
+    The shard is read again from its start, so the verdict does not depend on the byte ranges
+    or workers the pass used; only when the run stops, so it costs at most those rows.
     """
-
-    def __init__(self, vocab_size: int, tokenizer_name: str) -> None:
-        self.vocab_size = vocab_size
-        self.name = tokenizer_name
-        self.first: DataError | None = None
-        self.top = 0
-        self.count = 0
-        self.done = False  # a row in the vocabulary was read: every later bad row is a row's
-
-    def wait(self, exc: DataError, top: int) -> bool:
-        """Hold ``exc`` back (True) while no row has fit; raise once enough rows agree."""
-        if self.done:
-            return False
-        if self.first is None:
-            self.first, self.top = exc, top
-        self.count += 1
-        if self.count >= WRONG_TOKENIZER_ROWS:
-            raise self._wrong(f"each of the {self.count} rows read from this line on")
-        return True
-
-    def fits(self) -> None:
-        """A row in the vocabulary: the rows held back were bad rows; the first is raised."""
-        self.done = True
-        if self.first is not None:
-            raise self.first
-
-    def watch(self, rows: Iterable[RowView]) -> Iterator[RowView]:
-        """``rows``; a bad row of another kind, or the unit's end, settles the rows held back."""
-        try:
-            yield from rows
-        except DataError:
-            if self.first is not None:
-                raise self.first from None
-            raise
-        if self.first is not None:
-            if self.count >= 2:
-                raise self._wrong(f"every row read here ({self.count})")
-            raise self.first
-
-    def _wrong(self, which: str) -> DataError:
-        assert self.first is not None
-        return DataError(
-            self.first.shard,
-            self.first.line,
-            "id_out_of_vocab",
-            f"expected token ids below {self.vocab_size} (the vocabulary of tokenizer "
-            f"{self.name!r}), found ids at or above it in {which} (the first: {self.top}); the "
-            "vocabulary check says this is not the tokenizer the data was made with — pass "
-            "that tokenizer with --tokenizer (`distprompt inspect DATA --tokenizer TOK` runs "
-            "every check on the data)",
-        )
+    n = 0
+    first: tuple[int, int] | None = None
+    rows = iter_rows(
+        shard,
+        tally=Tally(on_error="skip"),  # other bad rows are neither verdict's
+        max_line_bytes=max_line_bytes,
+        parse=functools.partial(read_row, id_limit=vocab_size),
+    )
+    for row in rows:
+        top = row.top_id(vocab_size)
+        if top is None:
+            return None  # a row fits before the limit: the bad row is the row's problem
+        first = first or (row.provenance.line, top)
+        n += 1
+        if n >= WRONG_TOKENIZER_ROWS:
+            break
+    if n < 2 or first is None:
+        return None
+    which = f"each of the first {n} rows" if n >= WRONG_TOKENIZER_ROWS else f"every row ({n})"
+    return DataError(
+        exc.shard,
+        first[0],
+        "id_out_of_vocab",
+        f"expected token ids below {vocab_size} (the vocabulary of tokenizer "
+        f"{tokenizer_name!r}), found ids at or above it in {which} of the shard (the first: "
+        f"{first[1]}); the vocabulary check says this is not the tokenizer the data was made "
+        "with — pass that tokenizer with --tokenizer (`distprompt inspect DATA --tokenizer TOK` "
+        "runs every check on the data)",
+    )
 
 
 def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> None:
@@ -1221,6 +1194,19 @@ def scan(
                 merge(unit, res)
                 if on_shard is not None and last_unit[unit.shard.name] == i:
                     on_shard(total)  # the shard's last unit
+    except DataError as exc:
+        if exc.reason != "id_out_of_vocab" or vocab_size is None or exc.shard not in total.shards:
+            raise
+        wrong = _wrong_tokenizer(
+            exc,
+            total.shards[exc.shard],
+            vocab_size=vocab_size,
+            tokenizer_name=tokenizer_name,
+            max_line_bytes=max_line_bytes,
+        )
+        if wrong is None:
+            raise
+        raise wrong from None
     finally:
         bar.close()
     _normalize(total, shard_at)
