@@ -423,7 +423,8 @@ def _check_command(
     art = suite / ".check" / str(abs(hash(cmd)) % 10**8)
     art.mkdir(parents=True, exist_ok=True)
     if run.startswith("aiperf"):
-        run += f" --artifact-dir {art} --ui-type none"
+        # RUN.md names an artifact folder per command; the check keeps its own per command
+        run = re.sub(r" --artifact-dir \S+", "", run) + f" --artifact-dir {art} --ui-type none"
     if run.startswith("guidellm"):
         run += " --disable-console-interactive"
     if run.startswith("vllm") or run.startswith("python -m sglang"):
@@ -504,7 +505,10 @@ def _check_command(
     return errors, row
 
 
-_DIFF = re.compile(r"\(difference: items — ([^)]*)\)")
+# RUN.md: "… differs for 200 of 200 items (180 items 1 token shorter, 20 items 3 tokens shorter:
+# why)"
+_DIFF = re.compile(r"output lengths: .*?differs for \d+ of \d+ items \(([^)]*)\)")
+_GAP = re.compile(r"(\d+) items? (\d+) tokens? (shorter|longer)")
 
 
 def _sharegpt_lengths(name: str, reqs: list[tuple[str, dict[str, Any]]], suite: Path) -> list[str]:
@@ -517,7 +521,10 @@ def _sharegpt_lengths(name: str, reqs: list[tuple[str, dict[str, Any]]], suite: 
         _max_tokens(p, b) - max(1, by_text[_key(p, b)]) for p, b in reqs if _key(p, b) in by_text
     )
     m = _DIFF.search((suite / "RUN.md").read_text(encoding="utf-8"))
-    said = {int(d): int(c) for d, c in re.findall(r"([+-]\d+): (\d+)", m.group(1))} if m else {}
+    said = {
+        (-1 if way == "shorter" else 1) * int(d): int(c)
+        for c, d, way in (_GAP.findall(m.group(1)) if m else [])
+    }
     extra = {d for d in seen if d and d not in said}
     out = [f"{name}: output length off by {d} (not announced in RUN.md)" for d in sorted(extra)]
     if name.startswith("sglang") and {d: c for d, c in seen.items() if d} != said:

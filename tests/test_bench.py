@@ -22,7 +22,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distprompt import BenchResults, Suite, SuiteItem, bench, bench_compare, import_aiperf
+from distprompt import (
+    BenchResults,
+    Suite,
+    SuiteItem,
+    bench,
+    bench_compare,
+    import_aiperf,
+    render_bench_summary,
+)
 from distprompt.benchmark.stats import RatioParts, corpus_estimate, request_parts
 from distprompt.cli import main
 from distprompt.errors import ConfigError, OutputError, ServerError
@@ -382,11 +390,11 @@ def test_server_going_away_stops_the_run_and_keeps_what_finished(
 
 
 def test_bad_options_and_occupied_out(suite_dir: Path, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="--api"):
+    with pytest.raises(ConfigError, match="`api`"):
         bench(suite_dir, url="http://127.0.0.1:1", api="tgi")
-    with pytest.raises(ConfigError, match="--sources: expected sources of the suite"):
+    with pytest.raises(ConfigError, match="`sources`: expected sources of the suite"):
         bench(suite_dir, url="http://127.0.0.1:1", api="sglang", sources=["nope"])
-    with pytest.raises(ConfigError, match="--concurrency"):
+    with pytest.raises(ConfigError, match="`concurrency`"):
         bench(suite_dir, url="http://127.0.0.1:1", api="sglang", concurrency=[0])
     other = tmp_path / "other"
     other.mkdir()
@@ -605,8 +613,13 @@ def test_aiperf_import_joins_records_to_items(suite_dir: Path, tmp_path: Path) -
     items = Suite.load(suite_dir).items
     run = _aiperf_run(tmp_path / "aiperf", items)
     res = import_aiperf(run, suite=suite_dir, out=tmp_path / "imp")
-    assert res.meta["unmatched"] == {"earlier turn of a session": 1, "text matches no item": 1}
-    by_id = {r["id"]: r for r in res.requests}
+    assert res.meta["unmatched"] == {"text matches no item": 1}
+    # the session's earlier turn is a request of the same item: speed, no acceptance
+    earlier = [r for r in res.requests if r["turn"] < r["turns"] - 1]
+    assert [(r["id"], r["turn"], r["turns"]) for r in earlier] == [(items[0].id, 0, 2)]
+    assert earlier[0]["output_tokens"] == 7 and earlier[0]["accept_length"] is None
+    assert res.meta["earlier_turns"] == 1
+    by_id = {r["id"]: r for r in res.requests if r["turn"] == r["turns"] - 1}
     assert set(by_id) == {items[0].id, items[4].id, items[6].id}
     r0 = by_id[items[0].id]
     assert r0["source"] == items[0].source and r0["cluster"] == items[0].cluster
@@ -720,3 +733,65 @@ def test_corpus_speedup_is_the_ratio_of_corpus_throughputs() -> None:
     assert corpus["speedup"] == pytest.approx(1.0 / 0.625)
     assert corpus["tok_s_a"] == pytest.approx(100 / 0.625) and corpus["tok_s_b"] == 100.0
     assert corpus["ci_low"] == pytest.approx(1.6) and corpus["ci_high"] == pytest.approx(1.6)
+
+
+def test_aiperf_multi_turn_rates_count_every_turn_over_the_run_time(
+    suite_dir: Path, tmp_path: Path
+) -> None:
+    """Issue 28: a multi-turn AIPerf run kept only each session's last turn and divided by the
+    sum of the sources' windows (all the run's time each): 2.79 req/s for a source that sent
+    154 requests, 6.2 for the corpus against a real 21.2; the header said `aiperf at None`."""
+    items = Suite.load(suite_dir).items
+    picked = {}
+    for it in items:
+        picked.setdefault(it.source, it)
+    sessions = list(picked.values())  # one session a source
+    n = len(sessions)
+    assert n >= 2
+    t = 1_759_813_207_000_000_000
+    lines = []
+    for k in range(4):  # 4 turns a session, the sessions side by side, 1 s a turn
+        for j, it in enumerate(sessions):
+            start = t + k * 1_000_000_000 + j * 1_000_000
+            lines.append(
+                {
+                    "metadata": {
+                        "conversation_id": it.id,
+                        "turn_index": k,
+                        "request_start_ns": start,
+                        "request_end_ns": start + 900_000_000,
+                    },
+                    "metrics": {
+                        "output_token_count": {"value": 10, "unit": "tokens"},
+                        "spec_decode_acceptance_length": {"value": 2.0 + k, "unit": "ratio"},
+                        "spec_decode_steps": {"value": 5, "unit": "count"},
+                    },
+                    "error": None,
+                }
+            )
+    run = tmp_path / "artifacts" / "aiperf_multi_turn"
+    run.mkdir(parents=True)
+    (run / "profile_export.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    config = {
+        "input_config": {
+            "endpoint": {"urls": ["http://10.0.0.7:8000"], "model_names": ["Qwen/Qwen3-8B"]},
+            "loadgen": {"concurrency": 3},
+        }
+    }
+    (run / "profile_export_aiperf.json").write_text(json.dumps(config))
+    body = {"model": "Qwen/Qwen3-8B", "temperature": 0.0, "messages": []}
+    inputs = {"data": [{"session_id": it.id, "payloads": [body] * 4} for it in sessions]}
+    (run / "inputs.json").write_text(json.dumps(inputs))
+
+    res = import_aiperf(run, suite=suite_dir)
+    assert len(res.requests) == 4 * n and res.meta["unmatched"] == {}
+    span = 3.0 + (n - 1) * 0.001 + 0.9  # first send to last end
+    corpus = res.summary["corpus"][0]
+    assert corpus["req_s"] == pytest.approx(4 * n / span)
+    for row in res.summary["by_source"]:
+        assert row["requests"] == 4  # every turn of the source's session
+    # acceptance is the item's request's (the last turn: 2.0 + 3)
+    assert corpus["accept_length"]["estimate"] == pytest.approx(5.0)
+    text = render_bench_summary(res.summary)
+    assert "aiperf at http://10.0.0.7:8000, model Qwen/Qwen3-8B" in text
+    assert "temperature=0.0" in text and "at None" not in text

@@ -84,7 +84,7 @@ def test_larger_vocabulary_is_refused_with_inspects_message(
     assert msg.startswith(info.mismatch), (msg, info.mismatch)
     assert "template_markers check failed" in msg and "round_trip check failed" in msg
     assert f"first at {SHARD}:1" in msg and "in 12 of 12 rows" in msg
-    assert "pass the tokenizer the data was made with" in msg and "--no-tokenizer-check" in msg
+    assert "pass the tokenizer the data was made with" in msg and "`check_tokenizer=False`" in msg
 
 
 def test_smaller_vocabulary_is_refused(qwen_data: Path, deepseek_dir: Path) -> None:
@@ -94,6 +94,10 @@ def test_smaller_vocabulary_is_refused(qwen_data: Path, deepseek_dir: Path) -> N
         build_suite(qwen_data, tokenizer=deepseek_dir, per_source=4, recover_turns=False)
     assert (ei.value.shard, ei.value.line, ei.value.reason) == (SHARD, 1, "id_out_of_vocab")
     assert "expected token ids below 128815" in str(ei.value)
+    # every row fails so: the tokenizer is named, with the check, and skipping is not offered
+    assert "every row (12) of the shard" in str(ei.value)
+    assert "vocabulary check says this is not the tokenizer the data was made with" in str(ei.value)
+    assert "skip" not in str(ei.value)
     info = inspect_corpus(qwen_data, tokenizer=deepseek_dir)
     assert info.mismatch is not None and "vocabulary check failed" in info.mismatch
     assert info.rows == 0 and info.anomalies["id_out_of_vocab"].count == 12
@@ -355,7 +359,7 @@ def test_a_row_without_the_markers_is_a_bad_row_not_a_wrong_tokenizer(
     )
     msg = str(ei.value)
     assert "a problem of this row, not of the tokenizer (2 of 14 rows" in msg
-    assert "does not match" not in msg and "--on-error skip" in msg
+    assert "does not match" not in msg and '`on_error="skip"`' in msg
     code, err = _export(data, qwen_dir, tmp_path / "out", capsys=capsys)
     assert code == 2 and err.startswith("error: s.jsonl:6: expected the prompt")
     assert not (tmp_path / "out").exists()
@@ -398,3 +402,30 @@ def test_the_tokenizer_verdict_is_by_source(
     )
     assert suite.manifest["counts"]["rows"] == 12 + n_other
     assert suite.manifest["counts"]["skipped"] == {}
+
+
+@pytest.mark.parametrize("first_bad", [True, False])
+def test_a_wrong_family_tokenizer_is_named_and_one_bad_row_is_the_rows(
+    first_bad: bool, tmp_path: Path, qwen_tokenizer: Any, deepseek_dir: Path
+) -> None:
+    """Issue 28: DeepSeek-V3 on Qwen3 rows stopped at row 1 as "out of vocabulary" and offered
+    `--on-error skip`. Rows that all fail so name the tokenizer; one such row before rows in
+    the vocabulary is still that row's problem."""
+    from distprompt.read.scan import WRONG_TOKENIZER_ROWS
+    from distprompt.recover.decode import load_tokenizer
+
+    ds, _ = load_tokenizer(deepseek_dir)
+    rows = chat_rows(qwen_tokenizer, "chat", WRONG_TOKENIZER_ROWS + 8)
+    if first_bad:  # one corrupt row, then rows DeepSeek-V3's vocabulary holds
+        rows = rows[:1] + chat_rows(ds, "chat", 5)
+    write_shard(tmp_path / "data" / SHARD, rows)
+    with pytest.raises(DataError) as ei:
+        build_suite(tmp_path / "data", tokenizer=deepseek_dir, per_source=4, recover_turns=False)
+    msg = str(ei.value)
+    assert (ei.value.line, ei.value.reason) == (1, "id_out_of_vocab")
+    if first_bad:
+        assert "a corrupt row, or data made with another tokenizer" in msg
+        assert '`on_error="skip"`' in msg
+    else:
+        assert f"each of the first {WRONG_TOKENIZER_ROWS} rows of the shard" in msg
+        assert "vocabulary check says this is not the tokenizer" in msg and "skip" not in msg

@@ -175,3 +175,22 @@ def test_the_command_imports_scikit_learn_without_pandas() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["(5,", "2)", "pandas"]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--per-source", "10", "--total", "30"], "either per_source or total, found both"),
+        (["--min-per-source", "3"], "expected min_per_source with total"),
+        (["--per-source", "5", "--min-per-source", "2"], "expected min_per_source with total"),
+    ],
+)
+def test_options_that_would_be_ignored_together_exit_2(
+    args: list[str], said: str, corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 28: --per-source beside --total, and --min-per-source without --total, were
+    silently ignored. Refused before the tokenizer is loaded or a shard read."""
+    out = tmp_path / "out"
+    assert main(["export", str(corpus), "-t", "no/such-tokenizer", "--out", str(out), *args]) == 2
+    assert said in capsys.readouterr().err
+    assert not out.exists()

@@ -80,3 +80,12 @@ def test_every_config_field_is_a_cli_option_of_export() -> None:
         f.name for f in dataclasses.fields(Config) if renamed.get(f.name, f.name) not in names
     }
     assert not missing
+
+
+def test_min_per_source_without_total_is_refused_not_ignored() -> None:
+    """Issue 28: a floor of total's split meant nothing beside per_source, silently."""
+    with pytest.raises(ConfigError, match="expected min_per_source with total"):
+        resolve(per_source=20, min_per_source=5)
+    with pytest.raises(ConfigError, match="expected min_per_source with total"):
+        resolve(min_per_source=1)
+    assert resolve(total=100, min_per_source=5).min_per_source == 5

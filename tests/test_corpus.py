@@ -129,6 +129,16 @@ def test_inspect_json_and_table(crafted: Path) -> None:
     table = info.table()
     assert "alpha" in table and "beta" in table and "invalid_json" in table
     assert "c/odd.jsonl:2" in table
+    assert table.splitlines()[0].endswith(", 3 bad lines skipped")
+
+
+def test_one_bad_line_is_one_line_in_the_table(tmp_path: Path) -> None:
+    """Issue 28: the table said "1 bad lines skipped"."""
+    from factories import shard_with
+
+    shard_with(tmp_path / "A1_chat" / "tokenized_data.jsonl", b"{not json")
+    first = inspect_corpus(tmp_path, on_error="skip").table().splitlines()[0]
+    assert first.endswith(", 1 bad line skipped"), first
 
 
 def test_inspect_same_for_any_worker_count(crafted: Path) -> None:

@@ -68,3 +68,40 @@ def test_encode_many_gives_the_ids_of_encode_one_text_at_a_time(
 
     assert encode_many(EncodeOnly(), texts, add_special_tokens=special) == want
     assert encode_many(any_tokenizer, []) == []
+
+
+@pytest.mark.parametrize(
+    ("env", "why"),
+    [
+        ({"HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE is set"),
+        # a refused connection: huggingface_hub retried for 47 s before it failed
+        ({"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:{port}"}, "did not answer"),
+    ],
+)
+def test_an_unknown_hub_id_without_network_fails_at_once_naming_a_local_folder(
+    tmp_path: Path, env: dict[str, str], why: str
+) -> None:
+    """Issue 28: fail in one probe (no retries) and say how to pass a local folder."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:  # a port nothing listens on once the socket is closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v.format(port=port) for k, v in env.items()}
+    run_env = {**os.environ, **env, "HF_HOME": str(tmp_path / "hf")}  # nothing cached
+    code = (
+        "from distprompt.recover.decode import load_tokenizer\n"
+        "load_tokenizer('nosuch-org/nosuch-tokenizer')\n"
+    )
+    # The timeout only guards against a hang; the message shows the single probe was taken.
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=run_env, timeout=40
+    )
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("distprompt.errors.TokenizerError: nosuch-org/nosuch-tokenizer:"), last
+    assert why in last and "pass a local tokenizer folder" in last, last
+    assert "huggingface-cli download nosuch-org/nosuch-tokenizer --local-dir DIR" in last

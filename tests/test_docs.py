@@ -173,3 +173,110 @@ def test_concepts_module_map_names_real_modules() -> None:
     paths = {p for p in re.findall(r"`([a-z]+/\w+\.py)`", text) if not p.startswith(_NOT_SRC)}
     assert paths, "concepts.md's pipeline names no module"
     assert paths <= _modules(), sorted(paths - _modules())
+
+
+# What README's set-up and quickstart's install step run before distprompt's own commands: the
+# test's interpreter (installed with the same extras) stands for that fresh venv.
+_INSTALL = 'python3 -m venv .venv && . .venv/bin/activate && pip install -e ".[samples]"'
+_FENCE = re.compile(r"^```(bash|python)\n(.*?)^```", re.M | re.S)
+_WALK = r"""
+import json, subprocess, sys
+blocks = json.load(sys.stdin)
+names, assigned = {}, []
+for i, (lang, code) in enumerate(blocks):
+    print(f"--- block {i} ({lang})", flush=True)
+    if lang == "python":
+        exec(compile(code, f"<block {i}>", "exec"), names)
+        continue
+    subprocess.run(["bash", "-euo", "pipefail", "-c", "\n".join([*assigned, code])], check=True)
+    assigned += [ln for ln in code.splitlines() if ln.split("=")[0].isidentifier() and "=" in ln]
+"""
+
+
+def _fresh_copy(dest: Any) -> Any:
+    import shutil
+
+    skip = shutil.ignore_patterns(
+        ".git", ".venv", ".ci-check-venv", "out", "__pycache__", "*.egg-info", ".*_cache"
+    )
+    return shutil.copytree(REPO_ROOT, dest, ignore=skip)
+
+
+@pytest.mark.slow
+def test_readme_then_every_quickstart_block_runs_in_a_fresh_copy(tmp_path: Any) -> None:
+    """Issue 28: a new user follows README's set-up, then docs/quickstart.md top to bottom."""
+    import json
+
+    readme = _FENCE.findall((REPO_ROOT / "README.md").read_text(encoding="utf-8"))
+    setup = readme[0][1].strip()
+    assert setup.startswith(_INSTALL + " && "), setup
+    blocks = [("bash", setup.removeprefix(_INSTALL + " && "))]
+    for lang, code in _FENCE.findall((DOCS / "quickstart.md").read_text(encoding="utf-8")):
+        lines = [ln for ln in code.splitlines() if ln.strip() != _INSTALL]
+        blocks.append((lang, "\n".join(lines)))
+    assert sum(lang == "python" for lang, _ in blocks) >= 4, blocks
+    repo = _fresh_copy(tmp_path / "repo")
+    bindir = os.path.dirname(sys.executable)
+    env = dict(
+        os.environ,
+        PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}",
+        PYTHONPATH=str(repo / "src"),
+        HF_HUB_OFFLINE="1",
+        MPLBACKEND="Agg",
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", _WALK],
+        input=json.dumps(blocks),
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert (repo / "corpus.json").is_file() and (repo / "out" / "mix" / "RUN.md").is_file()
+
+
+HELP_SNAPSHOT = REPO_ROOT / "tests" / "help_80.txt"
+
+
+def _help_at_80() -> str:
+    env = dict(os.environ, COLUMNS="80", NO_COLOR="1", TERM="dumb")
+    parts = []
+    for name in ["", *sorted(_commands())]:
+        args = [name] if name else []
+        r = subprocess.run(
+            [sys.executable, "-m", "distprompt", *args, "--help"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+        )
+        parts.append(f"$ distprompt {name} --help".replace("  ", " ") + "\n" + r.stdout)
+    return "\n".join(parts)
+
+
+def test_help_fits_80_columns_and_matches_the_snapshot() -> None:
+    """Issue 28: at 80 columns rich cut options with '…', showed flags as <bool> and ate
+    '[ray]' from a pip extra. DISTPROMPT_UPDATE_SNAPSHOT=1 rewrites tests/help_80.txt."""
+    text = _help_at_80()
+    long = [ln for ln in text.splitlines() if len(ln) > 80]
+    assert not long, long
+    assert "…" not in text and "<bool>" not in text
+    cut = [ln for ln in text.splitlines() if ln.endswith("...") and "Usage:" not in ln]
+    assert not cut, cut  # click's cut of a command's one-line help
+    assert "pip install 'distprompt[ray]'" in text
+    if os.environ.get("DISTPROMPT_UPDATE_SNAPSHOT") == "1":
+        HELP_SNAPSHOT.write_text(text, encoding="utf-8")
+    assert text == HELP_SNAPSHOT.read_text(encoding="utf-8"), (
+        "--help changed: review it at 80 columns and rerun with DISTPROMPT_UPDATE_SNAPSHOT=1"
+    )
+
+
+def test_bench_docs_worked_example_uses_the_quickstart_suite() -> None:
+    """Issue 28: docs/bench.md's example said --per-source 10 where the quickstart uses 20."""
+    quick = set(re.findall(r"--per-source (\d+)", (DOCS / "quickstart.md").read_text("utf-8")))
+    readme = set(re.findall(r"--per-source (\d+)", (REPO_ROOT / "README.md").read_text("utf-8")))
+    assert len(quick) == 1 and quick <= readme, (quick, readme)
+    bench = (DOCS / "bench.md").read_text(encoding="utf-8")
+    example = bench[bench.index("## Worked example") :].split("```")[0]
+    assert set(re.findall(r"--per-source (\d+)", example)) == quick

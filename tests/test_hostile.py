@@ -894,7 +894,7 @@ def test_output_permissions_follow_the_umask(
         ("no_files", "found none"),
         ("corrupt_json", "expected a loadable tokenizer"),
         ("a_shard", "expected a loadable tokenizer"),
-        ("not_on_hub", "no hub tokenizer of that name"),
+        ("not_on_hub", "pass a local tokenizer folder"),
     ],
 )
 def test_tokenizer_missing_or_not_a_tokenizer(

@@ -51,3 +51,44 @@ def test_a_folder_that_cannot_be_made_is_an_output_error(tmp_path: Path) -> None
     out = tmp_path / "file" / "sub" / "out"
     with pytest.raises(OutputError, match="is a file"), prepare_out_dir(out, overwrite=False):
         pass
+
+
+def test_errors_through_the_api_name_arguments_and_through_the_cli_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 28: `suite.save(busy)` told a Python user to pass `--overwrite`."""
+    from distprompt import Suite
+    from distprompt.cli import main
+
+    from factories import suite_item
+
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    with pytest.raises(OutputError) as caught:
+        Suite([suite_item(0)], manifest={}).save(busy)
+    assert "`overwrite=True`" in str(caught.value) and "--" not in str(caught.value)
+    assert "choose another `out`" in str(caught.value)
+    # The CLI runs the same library code and keeps the option the user typed.
+    assert main(["report", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "`out`" not in err
+
+
+@pytest.mark.parametrize(
+    ("message", "api"),
+    [
+        ("fix the row or run with --on-error skip", 'fix the row or run with `on_error="skip"`'),
+        ("or --no-tokenizer-check to write", "or `check_tokenizer=False` to write"),
+        (
+            "expected --total (3) >= --min-per-source (2)",
+            "expected `total` (3) >= `min_per_source` (2)",
+        ),
+        ("check with `distprompt inspect DATA --tokenizer TOK`", None),
+    ],
+)
+def test_api_message_renames_options_outside_commands(message: str, api: str | None) -> None:
+    from distprompt.errors import api_message
+
+    assert api_message(message) == (message if api is None else api)
+    assert api_message(api_message(message)) == api_message(message)  # idempotent when nested

@@ -158,7 +158,7 @@ def test_save_load_roundtrip_and_refuse_occupied(
     df = back.to_polars()
     assert df.height == len(suite)
     assert {"id", "source", "prompt", "shard", "line", "offset", "weight"} <= set(df.columns)
-    with pytest.raises(OutputError, match="--overwrite"):
+    with pytest.raises(OutputError, match="`overwrite=True`"):
         suite.save(out)
     suite.save(out, overwrite=True)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

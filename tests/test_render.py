@@ -46,3 +46,51 @@ def test_a_plot_process_that_gets_no_report_draws_nothing() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == b""
+
+
+def test_long_lengths_get_a_log_axis() -> None:
+    """Issue 28: a long-prompt source (20k–90k tokens, under 20× apart) was drawn on a linear
+    axis."""
+    from distprompt.write.render import LOG_LENGTHS_FROM, log_lengths
+
+    assert log_lengths([20_000, 45_000, 90_000])
+    assert log_lengths([LOG_LENGTHS_FROM // 2, LOG_LENGTHS_FROM])
+    assert log_lengths([3, 100])  # more than 20x apart, as before
+    assert not log_lengths([120, 900]) and not log_lengths([]) and not log_lengths([0, 10_000])
+
+
+def test_every_cluster_has_its_own_colour() -> None:
+    """Issue 28: colours came from tab20 by cluster % 20, so clusters 0 and 20 looked alike."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from distprompt.write.render import cluster_colors
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.integers(min_value=0, max_value=600))
+    def distinct(n: int) -> None:
+        colors = cluster_colors(n)
+        assert len(colors) == n and len({tuple(c) for c in colors}) == n
+
+    distinct()
+
+
+def test_bench_plot_labels_concurrency_as_numbers() -> None:
+    """Issue 28: summary.png labelled concurrency 2⁰, 2¹, 2² instead of 1, 2, 4."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from distprompt.benchmark.report import concurrency_axis
+    from distprompt.write.render import _figure
+
+    fig = _figure(figsize=(4, 3))
+    ax = fig.subplots()
+    ax.plot([1, 2, 4, 16], [10, 20, 35, 50])
+    concurrency_axis(ax, [1, 2, 4, 16])
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert labels == ["1", "2", "4", "16"]
+    assert not [t for t in ax.get_xticklabels(minor=True) if t.get_text()]

@@ -137,7 +137,56 @@ def test_sharegpt_output_lengths_are_said_to_be_the_retokenized_response(
     n = len(qwen_tokenizer.encode(resp))
     items = [make_item(i, response=resp, max_tokens=n + 1) for i in range(4)]
     text = run_md(items, formats=["sharegpt"], tokenizer_name="t", tokenizer=qwen_tokenizer)
-    assert "differs for 4 of 4 items (difference: items — -1: 4)" in text
+    assert "differs for 4 of 4 items (4 items 1 token shorter: the response text has no " in text
+    assert "so it is one short" in text
+
+
+def test_a_larger_sharegpt_length_gap_is_explained_by_lost_special_tokens(
+    qwen_tokenizer: Any,
+) -> None:
+    """Issue 28: GLM-4.5-style suites are 3 to 17 tokens short (thinking and tool-call tags are
+    special tokens the detokenized reply loses); RUN.md said "usually one short"."""
+    resp = "Sure, here it is."
+    n = len(qwen_tokenizer.encode(resp))
+    items = [make_item(i, response=resp, max_tokens=n + 3 + i) for i in range(2)]
+    text = run_md(items, formats=["sharegpt"], tokenizer_name="t", tokenizer=qwen_tokenizer)
+    assert "1 item 4 tokens shorter, 1 item 3 tokens shorter" in text
+    assert "thinking or tool-call tags" in text and "one short" not in text
+    assert "difference: items" not in text
+
+
+def test_overlapping_drop_counts_are_said_to_overlap(qwen_tokenizer: Any) -> None:
+    """Issue 28: "prompt > 1024: 6, prompt + output > 2048: 3" of 8 dropped read as 9."""
+    long = make_item(0, messages=[{"role": "user", "content": "word " * 2100}])
+    ok = make_item(1)
+    text = run_md([long, ok], formats=["sharegpt"], tokenizer_name="t", tokenizer=qwen_tokenizer)
+    assert "vLLM `sharegpt` drops 1 of 2 items silently" in text
+    assert "these counts overlap" in text
+
+
+def test_run_md_says_where_to_run_and_whose_tokenizer_path_it_is() -> None:
+    """Issue 28: RUN.md did not say to cd into the suite, and printed the builder's venv path
+    with no word on it."""
+    items = suite_items()
+    text = run_md(items, formats=["openai"], tokenizer_name="/opt/venv/site-packages/tok")
+    assert "run every command from this folder (`cd` into it first)" in text
+    assert "the path where this suite was built; on another machine" in text
+    hub = run_md(items, formats=["openai"], tokenizer_name="Qwen/Qwen3-8B")
+    assert "the path where this suite was built" not in hub
+
+
+def test_guidellm_is_not_recommended_for_exact_prompts_of_tool_items() -> None:
+    """Issue 28: GuideLLM's chat requests carry no `tools`, yet RUN.md recommended it for exact
+    prompts of every item."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": {}}}
+    sys_msg = {"role": "system", "content": "Be brief."}
+    items = [
+        make_item(0, messages=[sys_msg, {"role": "user", "content": "Hi?"}], tools=[tool]),
+        make_item(1, messages=[sys_msg, {"role": "user", "content": "Ho?"}]),
+    ]
+    text = run_md(items, formats=["sharegpt", "guidellm"], tokenizer_name="t")
+    assert "GuideLLM too, except for the 1 item with tool definitions" in text
+    assert "or GuideLLM for exact prompts" not in text
 
 
 # 5. AIPerf sends a turn without output_length with no max_completion_tokens at all.
@@ -171,6 +220,19 @@ def test_aiperf_is_not_told_to_run_offline() -> None:
     text = run_md(suite_items(), formats=["aiperf"], tokenizer_name="t")
     assert "do not set `HF_HUB_OFFLINE=1`" in text
     assert not any("HF_HUB_OFFLINE=1 " in c for c in _blocks(text))
+
+
+def test_the_two_aiperf_runs_write_to_their_own_artifact_folders() -> None:
+    """Issue 28: both AIPerf commands wrote to AIPerf's default folder, the second over the
+    first."""
+    text = run_md(suite_items(), formats=["aiperf"], tokenizer_name="t")
+    dirs = [
+        re.search(r"--artifact-dir (\S+)", c).group(1)  # type: ignore[union-attr]
+        for c in _blocks(text)
+        if c.startswith("aiperf profile")
+    ]
+    assert len(dirs) == 2 and len(set(dirs)) == 2, dirs
+    assert f"distprompt bench-import {dirs[1]} --suite ." in text
 
 
 # 6. Temperature was never set in the vLLM, GuideLLM and AIPerf commands.

@@ -114,7 +114,7 @@ def test_old_suites_need_the_corpus_and_read_the_replies_from_it(
     data, suite_dir = exported
     suite = Suite.load(suite_dir)
     old = Suite([dataclasses.replace(it, response_ids=None) for it in suite], suite.manifest)
-    with pytest.raises(ConfigError, match="--data"):
+    with pytest.raises(ConfigError, match="`data`"):
         simulate_suite(old)
     from_data = simulate_suite(old, data=data, random_samples=3)
     from_ids = simulate_suite(suite, data=data, random_samples=3)

@@ -85,7 +85,7 @@ def test_save_refuses_an_existing_folder_unless_overwrite(
     out = tmp_path / "out"
     out.mkdir()
     (out / MANIFEST_NAME).write_text("old")
-    with pytest.raises(OutputError, match="--overwrite"):
+    with pytest.raises(OutputError, match="`overwrite=True`"):
         suite.save(out, formats=["token_ids"], tokenizer=qwen_tokenizer)
     assert (out / MANIFEST_NAME).read_text() == "old"
     suite.save(out, formats=["token_ids"], tokenizer=qwen_tokenizer, overwrite=True)
@@ -115,10 +115,30 @@ def test_summary_names_the_table_the_skips_and_the_caveat(suite: Suite) -> None:
         "selected",
         "take-all",
         "strata",
-        "tokens%",
+        "exact%",
         "turns%",
     ]
     assert row.split() == ["chat", "7", "6", "6", "3", "3", "-", "-", "67", "-"]
+    # issue 28: every column a reader cannot guess is explained under the table
+    legend = next(ln for ln in rest if ln.startswith("unique:"))
+    for col in ("cands:", "target:", "exact%:", "turns%:"):
+        assert col in legend, col
     assert "skipped rows: bad_json=1" in rest
     assert rest[-1].startswith("wrote 3 items to somewhere — only 2 of 3 items (67%)")
     assert repr(suite) == "Suite(3 items from 1 sources)"
+
+
+def test_run_md_names_the_rows_skipped_at_export(tmp_path: Path) -> None:
+    """Issue 28: rows skipped under --on-error skip were absent from RUN.md."""
+    from factories import suite_item
+
+    manifest = {
+        "counts": {
+            "skipped": {"bad_json": 2, "id_out_of_vocab": 1},
+            "first_skipped": {"bad_json": "A1_c/tokenized_data.jsonl:7"},
+        }
+    }
+    out = Suite([suite_item(0)], manifest=manifest).save(tmp_path / "o", formats=["token_ids"])
+    head = (out / "RUN.md").read_text(encoding="utf-8").split("## Warnings")[0]
+    assert "3 bad rows skipped at export" in head
+    assert "bad_json: 2 (first at A1_c/tokenized_data.jsonl:7), id_out_of_vocab: 1" in head

@@ -14,8 +14,8 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from distprompt._version import __version__
-from distprompt.config import ALLOCATIONS, ENGINES, METHODS, ON_ERROR, Config
-from distprompt.errors import DistpromptError
+from distprompt.config import ALLOCATIONS, ENGINES, METHODS, ON_ERROR, PER_SOURCE, Config
+from distprompt.errors import DistpromptError, cli_spelling
 
 __all__ = ["app", "main"]
 
@@ -26,6 +26,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain click help: it wraps to the terminal (rich's option table cut names and help at 80
+    # columns) and prints help text as written (rich markup ate "[ray]" of a pip extra).
+    rich_markup_mode=None,
 )
 
 EXIT_DATA = 2
@@ -47,8 +50,9 @@ EngineName = _choices("EngineName", ENGINES)
 Data = Annotated[
     list[str],
     typer.Argument(
+        metavar="DATA",
         help="Directory (searched recursively), glob, or shard files "
-        "(.jsonl, .jsonl.gz, .jsonl.zst)."
+        "(.jsonl, .jsonl.gz, .jsonl.zst).",
     ),
 ]
 Workers = Annotated[
@@ -113,19 +117,25 @@ def _warn(msg: str) -> None:
     typer.echo(f"warning: {msg}", err=True)
 
 
-@app.command()
+@app.command(short_help="Build a benchmark prompt suite from tokenized shards.")
 def export(
     data: Data,
     tokenizer: Annotated[
         str,
         typer.Option(
-            "--tokenizer", "-t", help="Local tokenizer folder, tokenizer.json, or hub id."
+            "--tokenizer",
+            "-t",
+            metavar="TOK",
+            help="Local tokenizer folder, tokenizer.json, or hub id.",
         ),
     ],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")],
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="OUT", help="Output folder.")],
     per_source: Annotated[
-        int, typer.Option(help="Items from every source (ignored with --total).", min=1)
-    ] = 50,
+        int | None,
+        typer.Option(
+            metavar="N", help="Items from every source (default 50); not with --total.", min=1
+        ),
+    ] = None,
     total: Annotated[
         int | None, typer.Option(help="Total items, split between sources by --allocation.", min=1)
     ] = None,
@@ -133,7 +143,9 @@ def export(
         Allocation,  # type: ignore[valid-type]
         typer.Option(help="How --total is split: by rows, sqrt of rows, or equally."),
     ] = "proportional",
-    min_per_source: Annotated[int, typer.Option(help="Floor per source with --total.", min=0)] = 0,
+    min_per_source: Annotated[
+        int, typer.Option(help="Floor per source; only with --total.", min=0)
+    ] = 0,
     max_candidates: Annotated[
         int,
         typer.Option(help="Unique prompts kept per source for selection (bounds memory).", min=1),
@@ -201,7 +213,7 @@ def export(
     from distprompt import export_suite
 
     config = Config(
-        per_source=None if total is not None else per_source,
+        per_source=PER_SOURCE if total is None and per_source is None else per_source,
         total=total,
         allocation=_value(allocation),
         min_per_source=min_per_source,
@@ -240,7 +252,7 @@ def _value(choice: Any) -> Any:
     return getattr(choice, "value", choice)
 
 
-@app.command("inspect")
+@app.command("inspect", short_help="What is in a corpus; check a tokenizer against it.")
 def inspect_cmd(
     data: Data,
     tokenizer: Annotated[
@@ -281,7 +293,7 @@ def inspect_cmd(
     info.raise_for_mismatch()
 
 
-@app.command("report")
+@app.command("report", short_help="Re-render a suite's report from report.json.")
 def report_cmd(
     out: Annotated[Path, typer.Argument(help="Output folder of an export (it holds report.json).")],
 ) -> None:
@@ -291,7 +303,7 @@ def report_cmd(
     typer.echo(render_report(out).summary)
 
 
-@app.command("simulate")
+@app.command("simulate", short_help="Model-free drafters: suite vs corpus acceptance.")
 def simulate_cmd(
     suite: Annotated[Path, typer.Argument(help="Suite folder written by `distprompt export`.")],
     data: Annotated[
@@ -382,7 +394,7 @@ def _bench_done(res: Any, out: Path) -> None:
     typer.echo(f"wrote {len(res)} requests to {out}", err=True)
 
 
-@app.command("bench")
+@app.command("bench", short_help="Replay a suite against a server.")
 def bench_cmd(
     suite: Annotated[Path, typer.Argument(help="Suite folder written by `distprompt export`.")],
     url: Annotated[str, typer.Option(help="Server base URL, e.g. http://127.0.0.1:30000.")],
@@ -454,7 +466,7 @@ def bench_cmd(
         raise typer.Exit(EXIT_DATA)
 
 
-@app.command("bench-import")
+@app.command("bench-import", short_help="Join an AIPerf run back to the suite.")
 def bench_import_cmd(
     aiperf_run_dir: Annotated[
         Path, typer.Argument(help="AIPerf artifact folder (holds profile_export.jsonl).")
@@ -487,7 +499,7 @@ def bench_import_cmd(
     _bench_done(res, out)
 
 
-@app.command("bench-compare")
+@app.command("bench-compare", short_help="Speedup of a bench run over a baseline.")
 def bench_compare_cmd(
     a: Annotated[Path, typer.Argument(help="Results folder of the run to judge (speculative).")],
     b: Annotated[Path | None, typer.Argument(help="Results folder of the baseline run.")] = None,
@@ -588,7 +600,8 @@ def _main(argv: list[str] | None) -> int:
     _state["signal"] = None
     _state["interrupt_note"] = None
     try:
-        rv = app(args=argv, standalone_mode=False)
+        with cli_spelling():
+            rv = app(args=argv, standalone_mode=False)
     except DistpromptError as exc:
         if _state["verbose"]:
             import traceback

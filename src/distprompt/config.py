@@ -13,6 +13,7 @@ __all__ = [
     "ENGINES",
     "METHODS",
     "ON_ERROR",
+    "PER_SOURCE",
     "RAY_INSTALL_HINT",
     "Allocation",
     "Config",
@@ -22,6 +23,9 @@ __all__ = [
     "require_engine",
     "resolve",
 ]
+
+#: Items from every source when neither ``per_source`` nor ``total`` is given.
+PER_SOURCE = 50
 
 #: How ``total`` is split between sources: by rows, by the square root of rows, or equally.
 Allocation = Literal["proportional", "sqrt", "equal"]
@@ -47,7 +51,7 @@ class Config:
         per_source: Items from every source. Set to None when ``total`` is given.
         total: Total items, split between sources by ``allocation``.
         allocation: ``proportional`` (to rows), ``sqrt`` or ``equal``; with ``total``.
-        min_per_source: Floor per source; with ``total``.
+        min_per_source: Floor per source; only with ``total`` (refused without it).
         max_candidates: Unique prompts kept per source for selection (bounds memory).
         seed: Seeds every random choice; same input and seed give byte-identical output.
         on_error: ``raise`` at the first bad row, or ``skip`` bad rows and count them by reason.
@@ -74,7 +78,7 @@ class Config:
         'sqrt'
     """
 
-    per_source: int | None = 50
+    per_source: int | None = PER_SOURCE
     total: int | None = None
     allocation: Allocation = "proportional"
     min_per_source: int = 0
@@ -101,6 +105,13 @@ class Config:
             raise ConfigError("expected either per_source or total, found both; pass one of them")
         if self.total is None and self.per_source is None:
             raise ConfigError("expected per_source or total, found neither")
+        if self.total is None and self.min_per_source:
+            # a floor of total's split: with per_source every source gets per_source anyway
+            raise ConfigError(
+                f"expected min_per_source with total (a floor of its split between sources), "
+                f"found min_per_source={self.min_per_source!r} with per_source="
+                f"{self.per_source!r}; pass total, or leave min_per_source out"
+            )
         for name in ("per_source", "total"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from distprompt.errors import TokenizerError
+from distprompt.errors import TokenizerError, api_spelling
 from distprompt.records import Shard, histogram_quantiles
 from distprompt.recover.checks import TokenizerFigures
 from distprompt.write.render import format_table
@@ -229,6 +229,7 @@ class CorpusInfo:
         """Why the tokenizer evidently is not the data's (one line per failed check), or None."""
         return None if self.tokenizer is None else self.tokenizer.mismatch
 
+    @api_spelling
     def raise_for_mismatch(self) -> None:
         """Raise :class:`~distprompt.errors.TokenizerError` when a tokenizer check failed."""
         msg = self.mismatch
@@ -337,7 +338,11 @@ def _q(q: Quantiles | None) -> list[str]:
 def _table(info: CorpusInfo) -> str:
     out = [
         f"{len(info.shards)} shards, {info.rows:,} rows, {_human_bytes(info.bytes)}"
-        + (f", {info.skipped_rows:,} bad lines skipped" if info.skipped_rows else "")
+        + (
+            f", {info.skipped_rows:,} bad {'line' if info.skipped_rows == 1 else 'lines'} skipped"
+            if info.skipped_rows
+            else ""
+        )
     ]
     if info.sources:
         mix: list[list[str]] = [

@@ -43,7 +43,7 @@ from distprompt.choose.vectorize import (
 )
 from distprompt.config import Config, OnError, resolve
 from distprompt.corpus import CorpusInfo, corpus_info
-from distprompt.errors import ConfigError, InputError, TokenizerError
+from distprompt.errors import ConfigError, InputError, TokenizerError, api_spelling
 from distprompt.read.scan import (
     REPLY_SAMPLE,
     BottomK,
@@ -111,6 +111,7 @@ def _slug(s: str) -> str:
     return out[:40] or "source"
 
 
+@api_spelling
 def build_suite(
     data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
@@ -372,6 +373,7 @@ def build_suite(
     return Suite(items, manifest, report=report, tokenizer=tok, plots=plots)
 
 
+@api_spelling
 def export_suite(
     data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     out: str | os.PathLike[str],
@@ -432,6 +434,7 @@ def export_suite(
 INSPECT_MAX_CANDIDATES = 4096
 
 
+@api_spelling
 def inspect_corpus(
     data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,

@@ -11,7 +11,14 @@ vLLM server ``spec_decode_acceptance_length``, ``spec_decode_draft_acceptance_ra
 A record is matched to a suite item by its ``conversation_id`` when that is an item id (the
 ``aiperf_multi_turn.jsonl`` export names each session by the item id), else through the run's
 ``inputs.json`` (``session_id`` → the payloads sent) by the text of the last user turn, which is
-what ``aiperf.jsonl`` sends. Of a multi-turn session only the last turn is the item's request.
+what ``aiperf.jsonl`` sends. Of a multi-turn session only the last turn is the item's request:
+the earlier turns are kept as requests of the same item (``turn`` < ``turns`` − 1) for the speed
+figures — the server served them — without acceptance figures, which stay the item's own.
+
+Every source runs in one window in an AIPerf run (``meta["interleaved"]``): a source's request/s
+and tok/s are its share of the run's, and the corpus figures divide by the run's time, not the sum
+of the sources' windows. The header's URL, model and temperature come from
+``profile_export_aiperf.json`` (``input_config``) and the payloads of ``inputs.json``.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from typing import Any
 import orjson
 
 from distprompt.benchmark.run import BenchResults, check_results_dir, source_shares
-from distprompt.errors import InputError
+from distprompt.errors import InputError, api_spelling
 from distprompt.records import SuiteItem
 from distprompt.write.formats import last_user_text, text_of
 
@@ -78,6 +85,7 @@ def _find(run_dir: Path) -> Path:
     return hits[0]
 
 
+@api_spelling
 def import_aiperf(
     run_dir: str | os.PathLike[str],
     *,
@@ -131,11 +139,11 @@ def import_aiperf(
                 records.append(orjson.loads(line))
             except orjson.JSONDecodeError as exc:
                 raise InputError(f"{path}:{n}: expected a JSON record, found {exc}") from exc
-    last_turn: dict[str, int] = {}
+    turns_of: dict[str, int] = {}
     for r in records:
         md = r.get("metadata") or {}
         cid = str(md.get("conversation_id"))
-        last_turn[cid] = max(last_turn.get(cid, 0), int(md.get("turn_index") or 0))
+        turns_of[cid] = max(turns_of.get(cid, 0), int(md.get("turn_index") or 0) + 1)
     t0 = min(
         (int((r.get("metadata") or {}).get("request_start_ns") or 0) for r in records), default=0
     )
@@ -145,29 +153,33 @@ def import_aiperf(
         md = r.get("metadata") or {}
         cid = str(md.get("conversation_id"))
         turn = int(md.get("turn_index") or 0)
-        if turn < last_turn[cid]:
-            unmatched["earlier turn of a session"] += 1
-            continue
+        last = turns_of[cid] - 1
         item = by_id.get(cid)
         if item is None:
             payloads = sessions.get(cid)
             if payloads is None:
                 unmatched["no inputs.json entry for the conversation"] += 1
                 continue
-            text = _payload_text(payloads[turn] if turn < len(payloads) else None)
+            # the item is the session's last request; its earlier turns are found through it
+            text = _payload_text(payloads[last] if last < len(payloads) else None)
             cands = texts.get(text or "\0", [])
             if len(cands) != 1:
                 why = "text matches no item" if not cands else "text matches several items"
                 unmatched[why] += 1
                 continue
             item = cands[0]
-        out_rows.append(_row(r, item, c, t0))
+        out_rows.append(_row(r, item, c, t0, turn=turn, turns=last + 1))
     srcs = sorted({row["source"] for row in out_rows})
     errors = Counter(row["error_kind"] for row in out_rows if row["error_kind"])
+    setting = _setting(path.parent, sessions)
     meta = {
         "label": label or "aiperf",
         "api": "aiperf",
-        "url": None,
+        "url": setting.get("url"),
+        "model": setting.get("model"),
+        "temperature": setting.get("temperature"),
+        "ignore_eos": setting.get("ignore_eos"),
+        "interleaved": True,  # every source in one window: rates divide by the run's time
         "suite": str(suite),
         "aiperf_run": str(run),
         "items": len({row["id"] for row in out_rows}),
@@ -179,6 +191,7 @@ def import_aiperf(
         "errors": dict(sorted(errors.items())),
         "unmatched": dict(sorted(unmatched.items())),
         "records": len(records),
+        "earlier_turns": sum(1 for row in out_rows if row["turn"] < row["turns"] - 1),
     }
     res = BenchResults(out_rows, meta)
     if out is not None:
@@ -199,10 +212,51 @@ def _concurrency(run: Path) -> int | None:
         return None
 
 
-def _row(r: dict[str, Any], item: SuiteItem, c: int, t0: int) -> dict[str, Any]:
+def _first(value: Any) -> Any:
+    """The first of a list (AIPerf keeps URLs and model names in lists), else the value."""
+    return (value[0] if value else None) if isinstance(value, list) else value
+
+
+def _setting(run: Path, sessions: dict[str, list[Any]]) -> dict[str, Any]:
+    """URL, model, temperature and ignore_eos of the run, where the artifact records them."""
+    out: dict[str, Any] = {}
+    p = run / "profile_export_aiperf.json"
+    cfg: Any = {}
+    if p.is_file():
+        try:
+            cfg = orjson.loads(p.read_bytes()).get("input_config") or {}
+        except (orjson.JSONDecodeError, AttributeError):
+            cfg = {}
+    if isinstance(cfg, dict):
+        endpoint = cfg.get("endpoint") or {}
+        if isinstance(endpoint, dict):
+            out["url"] = _first(endpoint.get("urls")) or endpoint.get("url")
+            out["model"] = _first(endpoint.get("model_names"))
+        models = cfg.get("models") or {}
+        if not out.get("model") and isinstance(models, dict):
+            named = _first(models.get("items"))
+            out["model"] = named.get("name") if isinstance(named, dict) else named
+    # what was sent: the request bodies of inputs.json
+    for payloads in sessions.values():
+        body = payloads[0] if payloads and isinstance(payloads[0], dict) else {}
+        out["model"] = out.get("model") or body.get("model")
+        for key in ("temperature", "ignore_eos"):
+            if key in body:
+                out[key] = body[key]
+        break
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _row(
+    r: dict[str, Any], item: SuiteItem, c: int, t0: int, *, turn: int, turns: int
+) -> dict[str, Any]:
     md = r.get("metadata") or {}
     m = r.get("metrics") or {}
     err = r.get("error")
+    if turn < turns - 1:
+        # an earlier turn of the item's session: speed figures only, the acceptance is the
+        # item's (its recorded reply is the last turn's)
+        m = {k: v for k, v in m.items() if not k.startswith("spec_decode_")}
     rate = _metric(m, "spec_decode_draft_acceptance_rate")
     n_out = _metric(m, "output_token_count")
     if n_out is None:
@@ -217,8 +271,10 @@ def _row(r: dict[str, Any], item: SuiteItem, c: int, t0: int) -> dict[str, Any]:
         "weight": item.weight,
         "concurrency": c,
         "api": "aiperf",
-        "n_prompt_tokens": item.n_prompt_tokens,
-        "max_tokens": item.max_tokens,
+        "n_prompt_tokens": item.n_prompt_tokens if turn == turns - 1 else None,
+        "max_tokens": item.max_tokens if turn == turns - 1 else None,
+        "turn": turn,
+        "turns": turns,
         "start": start,
         "end": end,
         "ttft": None if err else _seconds(m, "time_to_first_token"),

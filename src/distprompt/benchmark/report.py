@@ -189,6 +189,16 @@ def render_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def concurrency_axis(ax: Any, levels: list[int]) -> None:
+    """A log-2 x axis labelled with the concurrency levels run, as numbers (1, 2, 4), not 2⁰."""
+    from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(levels))
+    ax.xaxis.set_major_formatter(FixedFormatter([str(c) for c in levels]))
+    ax.xaxis.set_minor_locator(NullLocator())
+
+
 def _plot(summary: dict[str, Any], path: Path) -> bool:
     rows = summary["by_source"]
     if not rows:
@@ -230,7 +240,7 @@ def _plot(summary: dict[str, Any], path: Path) -> bool:
         )
         if pts:
             ax2.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=s)
-    ax2.set_xscale("log", base=2)
+    concurrency_axis(ax2, levels)
     ax2.set_xlabel("concurrency")
     ax2.set_ylabel("output tok/s")
     ax2.set_title("throughput vs concurrency")

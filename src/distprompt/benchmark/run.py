@@ -40,7 +40,7 @@ from distprompt.benchmark.protocol import (
     parse_counters,
 )
 from distprompt.benchmark.report import SUMMARY_JSON
-from distprompt.errors import ConfigError, InputError, OutputError, ServerError
+from distprompt.errors import ConfigError, InputError, OutputError, ServerError, api_spelling
 from distprompt.records import SuiteItem
 from distprompt.write.out_dir import atomic_write_lines
 
@@ -114,6 +114,7 @@ class BenchResults:
 
         return pl.DataFrame(self.requests, infer_schema_length=None)
 
+    @api_spelling
     def save(self, out: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
         """Write ``requests.jsonl`` (atomically), ``summary.json``, ``summary.md`` and the plot.
 
@@ -441,6 +442,7 @@ def _levels(concurrency: Sequence[int]) -> list[int]:
     return levels
 
 
+@api_spelling
 def bench(
     suite: str | os.PathLike[str],
     *,

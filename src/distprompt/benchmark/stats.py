@@ -342,14 +342,16 @@ def summarize(
         entry: dict[str, Any] = {"concurrency": c}
         reqs_c = [r for (s, cc), rs in by_win.items() if cc == c for r in rs]
         entry.update(_window_figures(reqs_c) if reqs_c else {})
-        # the whole level's duration is the sum of its source windows (they run one after another)
-        dur = sum(row["duration_s"] for row in rows if row["concurrency"] == c)
-        toks = sum(row["output_tokens"] for row in rows if row["concurrency"] == c)
-        oks = sum(row["ok"] for row in rows if row["concurrency"] == c)
-        entry["duration_s"] = dur
-        entry["output_tok_s"] = toks / dur if dur > 0 else None
-        entry["req_s"] = oks / dur if dur > 0 else None
-        entry.pop("mean_in_flight", None)
+        if not meta.get("interleaved"):
+            # the level's duration is the sum of its source windows (they run one after
+            # another); in an interleaved run (AIPerf: every source at once) it is its own span
+            dur = sum(row["duration_s"] for row in rows if row["concurrency"] == c)
+            toks = sum(row["output_tokens"] for row in rows if row["concurrency"] == c)
+            oks = sum(row["ok"] for row in rows if row["concurrency"] == c)
+            entry["duration_s"] = dur
+            entry["output_tok_s"] = toks / dur if dur > 0 else None
+            entry["req_s"] = oks / dur if dur > 0 else None
+            entry.pop("mean_in_flight", None)
         for name in _FIGS:
             per_source = {s: RatioParts.of(rs, name) for (s, cc), rs in by_win.items() if cc == c}
             est = corpus_estimate(per_source, shares, n_boot=n_boot, seed=seed)

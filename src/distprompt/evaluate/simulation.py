@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from distprompt.errors import ConfigError, InputError
+from distprompt.errors import ConfigError, InputError, api_spelling
 from distprompt.evaluate.drafters import DEFAULT_DRAFTERS, Drafter, SpecCounts, simulate_many
 
 if TYPE_CHECKING:
@@ -190,6 +190,7 @@ def _fmt(v: float | None, pct: bool) -> str:
     return f"{100 * v:.1f}%" if pct else f"{v:.3f}"
 
 
+@api_spelling
 def simulate_suite(
     suite: str | os.PathLike[str] | Suite,
     *,

@@ -72,6 +72,10 @@ REPLY_SAMPLE = 512
 #: Rows with the longest first replies kept per source, whatever their key (:class:`TopReplies`).
 HEAVY = 128
 
+#: A shard's first rows all out of the vocabulary, this many (or every row of a shorter shard),
+#: name the tokenizer rather than a row when the run stops at a bad row (:func:`_wrong_tokenizer`).
+WRONG_TOKENIZER_ROWS = 32
+
 
 @functools.lru_cache(maxsize=8)
 def _hash_key(seed: int) -> bytes:
@@ -705,18 +709,9 @@ def scan_unit(
             top = row.top_id(vocab_size)
             if top is not None:
                 # A bad row like any other: whether the tokenizer is wrong is for the tokenizer
-                # checks to say, on the valid rows.
-                part.tally.bad(
-                    DataError(
-                        row.provenance.shard,
-                        row.provenance.line,
-                        "id_out_of_vocab",
-                        f"expected token ids below {vocab_size} (the vocabulary of tokenizer "
-                        f"{tokenizer_name!r}), found id {top}; a corrupt row, or data made with "
-                        "another tokenizer — check with `distprompt inspect DATA --tokenizer "
-                        "TOK`, pass the matching --tokenizer, or --on-error skip to skip such rows",
-                    )
-                )
+                # checks to say, on the valid rows (and, stopping at it, for scan's second look
+                # at the shard's first rows: _wrong_tokenizer).
+                part.tally.bad(_oov_error(row, top, vocab_size, tokenizer_name))
                 continue
         reasons = list(check(row)) if check is not None else None
         if reasons:
@@ -739,6 +734,59 @@ def scan_unit(
     if part.held is not None:
         part.held.ref = {}
     return UnitResult(part, lines[0])
+
+
+def _oov_error(row: RowView, top: int, vocab_size: int, tokenizer_name: str) -> DataError:
+    return DataError(
+        row.provenance.shard,
+        row.provenance.line,
+        "id_out_of_vocab",
+        f"expected token ids below {vocab_size} (the vocabulary of tokenizer "
+        f"{tokenizer_name!r}), found id {top}; a corrupt row, or data made with "
+        "another tokenizer — check with `distprompt inspect DATA --tokenizer "
+        "TOK`, pass the matching --tokenizer, or --on-error skip to skip such rows",
+    )
+
+
+def _wrong_tokenizer(
+    exc: DataError, shard: Shard, *, vocab_size: int, tokenizer_name: str, max_line_bytes: int
+) -> DataError | None:
+    """The error naming the tokenizer, when the first bad row ``exc`` of ``shard`` (out of the
+    vocabulary) is one of the shard's first rows that all are: :data:`WRONG_TOKENIZER_ROWS` of
+    them, or every row of a shorter shard (two or more). None when a row fits before.
+
+    The shard is read again from its start, so the verdict does not depend on the byte ranges
+    or workers the pass used; only when the run stops, so it costs at most those rows.
+    """
+    n = 0
+    first: tuple[int, int] | None = None
+    rows = iter_rows(
+        shard,
+        tally=Tally(on_error="skip"),  # other bad rows are neither verdict's
+        max_line_bytes=max_line_bytes,
+        parse=functools.partial(read_row, id_limit=vocab_size),
+    )
+    for row in rows:
+        top = row.top_id(vocab_size)
+        if top is None:
+            return None  # a row fits before the limit: the bad row is the row's problem
+        first = first or (row.provenance.line, top)
+        n += 1
+        if n >= WRONG_TOKENIZER_ROWS:
+            break
+    if n < 2 or first is None:
+        return None
+    which = f"each of the first {n} rows" if n >= WRONG_TOKENIZER_ROWS else f"every row ({n})"
+    return DataError(
+        exc.shard,
+        first[0],
+        "id_out_of_vocab",
+        f"expected token ids below {vocab_size} (the vocabulary of tokenizer "
+        f"{tokenizer_name!r}), found ids at or above it in {which} of the shard (the first: "
+        f"{first[1]}); the vocabulary check says this is not the tokenizer the data was made "
+        "with — pass that tokenizer with --tokenizer (`distprompt inspect DATA --tokenizer TOK` "
+        "runs every check on the data)",
+    )
 
 
 def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> None:
@@ -1146,6 +1194,19 @@ def scan(
                 merge(unit, res)
                 if on_shard is not None and last_unit[unit.shard.name] == i:
                     on_shard(total)  # the shard's last unit
+    except DataError as exc:
+        if exc.reason != "id_out_of_vocab" or vocab_size is None or exc.shard not in total.shards:
+            raise
+        wrong = _wrong_tokenizer(
+            exc,
+            total.shards[exc.shard],
+            vocab_size=vocab_size,
+            tokenizer_name=tokenizer_name,
+            max_line_bytes=max_line_bytes,
+        )
+        if wrong is None:
+            raise
+        raise wrong from None
     finally:
         bar.close()
     _normalize(total, shard_at)

@@ -9,6 +9,7 @@ import hashlib
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,55 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+# How long the hub may take to answer before a hub id counts as unreachable: huggingface_hub's
+# own retries on a refused connection took 47 s before it gave up.
+HUB_PROBE_SECONDS = 5.0
+
+
+def _hub_unreachable(name: str) -> str | None:
+    """Why the hub cannot be asked for ``name`` (offline mode, no answer), or None."""
+    import urllib.error
+    import urllib.request
+
+    from huggingface_hub import constants
+
+    flag = os.environ.get("HF_HUB_OFFLINE", "").strip().lower()
+    if constants.HF_HUB_OFFLINE or flag in ("1", "true", "yes", "on"):
+        return "HF_HUB_OFFLINE is set"
+    url = f"{constants.ENDPOINT.rstrip('/')}/api/models/{name}"
+    try:
+        req = urllib.request.Request(url, method="HEAD")
+        urllib.request.urlopen(req, timeout=HUB_PROBE_SECONDS).close()
+    except urllib.error.HTTPError:
+        return None  # it answered (404, 401 …): from_pretrained says what the answer means
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        return f"the hub at {constants.ENDPOINT} did not answer ({reason})"
+    return None
+
+
+def _from_hub(auto: Any, name: str) -> Any:
+    """``name`` from the hub, or a :class:`TokenizerError` in seconds when it cannot be asked."""
+    local = (
+        "pass a local tokenizer folder instead (the one holding tokenizer.json and "
+        f"tokenizer_config.json, e.g. from `huggingface-cli download {name} --local-dir DIR` "
+        "on a machine with network) as --tokenizer"
+    )
+    why = _hub_unreachable(name)
+    if why is not None:
+        raise TokenizerError(
+            f"{name}: expected a tokenizer folder, tokenizer.json or a cached hub id, found no "
+            f"such path here, no cached copy, and {why}; {local}"
+        )
+    try:
+        return auto.from_pretrained(name)
+    except OSError as exc:
+        raise TokenizerError(
+            f"{name}: expected a tokenizer folder, tokenizer.json or hub id, found no such path "
+            f"here and no hub tokenizer of that name; check the id, or {local}"
+        ) from exc
+
+
 def load_tokenizer(spec: str | os.PathLike[str] | Any) -> tuple[Any, TokenizerInfo]:
     """Load a tokenizer from a local folder, a ``tokenizer.json`` file or a hub id.
 
@@ -94,7 +144,11 @@ def load_tokenizer(spec: str | os.PathLike[str] | Any) -> tuple[Any, TokenizerIn
             has_chat_template=bool(getattr(spec, "chat_template", None)),
         )
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    with warnings.catch_warnings():
+        # transformers imports tqdm.auto, which warns in a notebook without ipywidgets; no bar
+        # of the library is on there, so the warning is only noise
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     name = str(spec)
     if not name.strip():
@@ -135,14 +189,10 @@ def load_tokenizer(spec: str | os.PathLike[str] | Any) -> tuple[Any, TokenizerIn
                 "path; check --tokenizer"
             )
         else:
-            try:
-                tok = AutoTokenizer.from_pretrained(name)
-            except OSError as exc:
-                raise TokenizerError(
-                    f"{name}: expected a tokenizer folder, tokenizer.json or hub id, found no "
-                    "such path here and no hub tokenizer of that name (offline, not cached, or "
-                    "not on the hub); check --tokenizer"
-                ) from exc
+            try:  # a cached copy first: no network, no retries
+                tok = AutoTokenizer.from_pretrained(name, local_files_only=True)
+            except (OSError, ValueError):
+                tok = _from_hub(AutoTokenizer, name)
             kind = "hub"
             tj = None
     except TokenizerError:

@@ -181,14 +181,14 @@ def _shares_plot(report: Report) -> bytes:
     return _png(fig)
 
 
-def _locator(n: int, *, log: bool = False) -> Any:
+def _locator(n: int, *, log: bool = False, subs: bool = False) -> Any:
     """At most about ``n`` major ticks, only those inside the view (matplotlib makes a tick
     object, its most costly part, for every location the locator gives, then hides those
-    outside)."""
+    outside); on a log axis, with ``subs`` also at 2 and 5 times each decade."""
     from matplotlib.ticker import LogLocator, MaxNLocator
 
     if log:
-        return _inside(LogLocator)(numticks=n)
+        return _inside(LogLocator)(subs=(1.0, 2.0, 5.0) if subs else (1.0,), numticks=n)
     return _inside(MaxNLocator)(nbins=n, steps=[1, 2, 2.5, 5, 10])
 
 
@@ -236,6 +236,48 @@ def _ecdf(ax: Any, values: Sequence[int], **kw: Any) -> None:
 
 _LENGTH_TITLE = {"prompt": "Prompt", "response": "First reply (max_tokens)"}
 
+#: Lengths reaching this many tokens are drawn on a log axis: on a linear one, a long-prompt
+#: source's few short rows and its body share one squeezed corner.
+LOG_LENGTHS_FROM = 4096
+
+
+def log_lengths(lengths: Sequence[int]) -> bool:
+    """Whether a panel of these token lengths gets a log axis: they span more than 20× or
+    reach :data:`LOG_LENGTHS_FROM`.
+
+    Example:
+        >>> log_lengths([100, 300]), log_lengths([30_000, 90_000]), log_lengths([5, 900])
+        (False, True, True)
+    """
+    if not len(lengths) or min(lengths) <= 0:
+        return False
+    hi = max(lengths)
+    return hi / min(lengths) > 20 or hi >= LOG_LENGTHS_FROM
+
+
+def cluster_colors(n: int) -> Any:
+    """``n`` distinct RGBA colours, one a cluster: ``tab20`` up to 20, beyond it evenly spaced
+    hues of ``turbo`` in an order that puts far hues side by side (``tab20`` repeated every 20).
+
+    Example:
+        >>> len({tuple(c) for c in cluster_colors(50)})
+        50
+    """
+    import math
+
+    import numpy as np
+    from matplotlib import colormaps
+    from matplotlib.colors import LinearSegmentedColormap
+
+    if n <= 20:
+        return colormaps["tab20"](np.arange(max(n, 0)))
+    step = next(k for k in (7, 11, 13, 17, 19, 1) if math.gcd(k, n) == 1)
+    order = (np.arange(n) * step) % n  # a permutation: neighbours in the list are far hues
+    # turbo's 256 colours interpolated to n entries: no two clusters share one
+    turbo = colormaps["turbo"](np.arange(256))
+    ramp = LinearSegmentedColormap.from_list("clusters", turbo, N=n)
+    return ramp(order)
+
 
 def _length_plot(report: Report, key: str) -> bytes:
     import numpy as np
@@ -278,14 +320,16 @@ def _length_plot(report: Report, key: str) -> bytes:
         label = "overall (pooled as replayed)" if name == "overall" else name
         title = label if s is None else f"{label}\nKS {s:.3f} (random {r:.3f})"
         ax.set_title(title, fontsize=9, y=1.0, pad=4)  # a fixed y: no bounding boxes to place it
-        if corpus and min(corpus) > 0 and max(corpus) / max(1, min(corpus)) > 20:
+        if log_lengths(corpus):
             ax.set_xscale("log")
-            ax.xaxis.set_major_locator(_locator(4, log=True))
+            # within two decades the decades alone leave a panel with one label or none
+            few = max(corpus) < 100 * min(corpus)
+            ax.xaxis.set_major_locator(_locator(6 if few else 4, log=True, subs=few))
             ax.xaxis.set_minor_locator(NullLocator())
             ax.xaxis.set_minor_formatter(NullFormatter())
-            ax.xaxis.set_major_formatter(FuncFormatter(_tokens))  # plain text, not mathtext
         else:
             ax.xaxis.set_major_locator(_locator(3))
+        ax.xaxis.set_major_formatter(FuncFormatter(_tokens))  # 20k, not 20000 or a 1e4 offset
         ax.tick_params(labelsize=7)
     first.set_ylim(0, 1.02)  # shared by all
     first.yaxis.set_major_locator(FixedLocator([0, 0.5, 1]))
@@ -337,7 +381,6 @@ def _coverage_plot(report: Report) -> bytes:
 
 def _cluster_plot(report: Report) -> bytes:
     import numpy as np
-    from matplotlib import colormaps
 
     names = list(report.projection)
     rows, cols = _grid(len(names))
@@ -354,14 +397,13 @@ def _cluster_plot(report: Report) -> bytes:
         hspace=0.25 * 3.0 / 2.6,
         wspace=0.06,
     )
-    cmap = colormaps["tab20"]
     for i, name in enumerate(names):  # only the panels drawn: no empty axes to make
         ax = fig.add_subplot(spec[i])
         p = report.projection[name]
         x, y = np.asarray(p["x"]), np.asarray(p["y"])
         lab = np.asarray(p["cluster"], dtype=int)
         sel = np.asarray(p["selected"], dtype=bool)
-        colors = cmap(lab % 20)
+        colors = cluster_colors(int(lab.max()) + 1 if lab.size else 0)[lab]
         ax.scatter(x[~sel], y[~sel], s=8, c=colors[~sel], alpha=0.6, linewidths=0)
         ax.scatter(
             x[sel], y[sel], s=40, c=colors[sel], marker="*", edgecolors="black", linewidths=0.6

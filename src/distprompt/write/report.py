@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from distprompt.errors import InputError
+from distprompt.errors import InputError, api_spelling
 from distprompt.records import histogram_quantiles, max_tokens_histogram
 from distprompt.write.metrics import (
     N_RANDOM,
@@ -189,6 +189,7 @@ class Report:
         return [*pngs, REPORT_MD, REPORT_HTML]
 
 
+@api_spelling
 def render_report(out: str | os.PathLike[str]) -> Report:
     """Re-render ``report.md``, the plots and ``report.html`` from ``OUT/report.json``.
 

@@ -202,8 +202,14 @@ def render_run_md(
         "",
         f"{len(items)} items from {len(src_counts)} sources "
         f"({', '.join(f'{s}: {n}' for s, n in sorted(src_counts.items()))}).",
-        f"Tokenizer: `{tokenizer_name or 'unknown'}`. "
-        f"Output lengths: the recorded first response (`max_tokens`), at least 1. "
+        f"Tokenizer: `{tokenizer_name or 'unknown'}`"
+        + (
+            " (the path where this suite was built; on another machine put the same "
+            "tokenizer's folder or hub id after `--tokenizer`). "
+            if _is_path(tokenizer_name)
+            else ". "
+        )
+        + "Output lengths: the recorded first response (`max_tokens`), at least 1. "
         f"`ignore_eos` in the files: {'true' if ignore_eos else 'false'}.",
         f"Temperature: every command below sets `temperature` {_temp(ctx.temperature)} "
         f"explicitly{' (greedy)' if ctx.temperature == 0 else ''}; `export --temperature` "
@@ -213,7 +219,9 @@ def render_run_md(
         f"each request body ({CHECK_SCRIPT}), with the request counts and output lengths below. "
         "Loaders change between versions: with another version, check the flags against "
         "`--help`.",
-        "Replace `<URL>` and `<MODEL>` with the server address and served model name.",
+        "Replace `<URL>` and `<MODEL>` with the server address and served model name, and "
+        "run every command from this folder (`cd` into it first): the file paths in them are "
+        "relative to it.",
         "",
         "## Warnings",
         "",
@@ -242,6 +250,13 @@ class _Ctx:
     ignore_eos: bool
     temperature: float
     drops: dict[str, ShareGptDrops]
+
+
+def _is_path(name: str) -> bool:
+    """Whether a tokenizer name is a filesystem path (not a hub id such as ``org/name``)."""
+    import os
+
+    return bool(name) and (os.path.isabs(name) or name.startswith((".", "~")))
 
 
 def _temp(t: float) -> str:
@@ -284,7 +299,13 @@ def _warnings(plan: Plan, *, formats: Sequence[str], ctx: _Ctx) -> list[str]:
             "carry a system prompt, earlier turns or tools that `sharegpt.json` (last user turn), "
             "`aiperf.jsonl` (last user turn) and `by_source/` (first user turn) cannot hold; "
             "their prompts there are shorter and differ from the training prompt. Use "
-            "`openai.jsonl`, `vllm_custom.jsonl` or GuideLLM for exact prompts."
+            "`openai.jsonl` or `vllm_custom.jsonl` for exact prompts"
+            + (
+                f"; GuideLLM too, except for the {_count(n_tools, 'item')} with tool definitions "
+                "(its chat requests carry no `tools`, see below)."
+                if (n_tools := sum(1 for it in items if it.tools))
+                else ", or GuideLLM."
+            )
         )
     if "aiperf" in formats:
         live = [
@@ -428,6 +449,8 @@ def _recovery_warnings(plan: Plan, *, formats: Sequence[str]) -> list[str]:
 
 def _drop_text(client: str, d: ShareGptDrops, n: int) -> str:
     reasons = ", ".join(f"{k}: {v}" for k, v in d.reasons.items() if v)
+    if sum(d.reasons.values()) > d.total:
+        reasons += "; an item can break more than one rule, so these counts overlap"
     head = f"**{client} `sharegpt` drops {d.total} of {n} items silently**"
     return head + (f" ({reasons}: {_ids_of(d.ids)})" if d.total else "")
 
@@ -471,12 +494,10 @@ def _sharegpt_warnings(plan: Plan, ctx: _Ctx) -> list[str]:
                 for it in plan.single
                 if it.id in sg.kept_out_lens
             )
-            common = ", ".join(f"{d:+d}: {c}" for d, c in sorted(diffs.items()) if d)
             out.append(
                 f"`sharegpt.json` output lengths: both clients ask for the response re-tokenized, "
-                f"not `max_tokens`; that differs for {off} of {n} items (difference: items — "
-                f"{common or 'dropped items only'}): the response text has no end-of-turn "
-                "token, so it is usually one short. The format has no length field; use "
+                f"not `max_tokens`; that differs for {off} of {n} items "
+                f"({_length_gaps(diffs)}). The format has no length field; use "
                 "`openai.jsonl` or `vllm_custom.jsonl` for exact lengths."
             )
     out.append(
@@ -485,6 +506,28 @@ def _sharegpt_warnings(plan: Plan, ctx: _Ctx) -> list[str]:
         "shuffles sharegpt data."
     )
     return out
+
+
+def _length_gaps(diffs: Counter[int]) -> str:
+    """How far the re-tokenized reply lengths are from ``max_tokens``, and why, in words."""
+    gaps = {d: c for d, c in diffs.items() if d}
+    if not gaps:
+        return "dropped items only"
+    parts = [
+        f"{c} {'item' if c == 1 else 'items'} {abs(d)} {'token' if abs(d) == 1 else 'tokens'} "
+        f"{'shorter' if d < 0 else 'longer'}"
+        for d, c in sorted(gaps.items())
+    ]
+    shown = ", ".join(parts)  # all of them: scripts/check_clients.py compares them with a run
+    if set(gaps) == {-1}:
+        why = "the response text has no end-of-turn token, so it is one short"
+    else:
+        why = (
+            "the response is detokenized without its special tokens — the end-of-turn token "
+            "and any thinking or tool-call tags the template writes as special tokens — so "
+            "it re-tokenizes shorter, by as many tokens as it had"
+        )
+    return f"{shown}: {why}"
 
 
 def _block(cmd: list[str]) -> list[str]:
@@ -692,7 +735,7 @@ def _commands(fmt: str, plan: Plan, *, ctx: _Ctx) -> list[str]:
             "",
             *_aiperf(
                 "--input-file aiperf.jsonl --custom-dataset-type single_turn",
-                f"--request-count {k}",
+                f"--request-count {k} --artifact-dir artifacts/aiperf",
                 ctx=ctx,
             ),
             "",
@@ -700,11 +743,16 @@ def _commands(fmt: str, plan: Plan, *, ctx: _Ctx) -> list[str]:
             "",
             *_aiperf(
                 f"--input-file {AIPERF_MULTI_NAME} --custom-dataset-type multi_turn",
-                f"--conversation-num {k}",
+                f"--conversation-num {k} --artifact-dir artifacts/aiperf_multi_turn",
                 ctx=ctx,
             ),
             "",
             _sends(n_turns, f", one a user turn of the {k} sessions"),
+            "",
+            "Each run writes its own artifact folder (the same one would be overwritten); "
+            "`distprompt bench-import artifacts/aiperf_multi_turn --suite . --out <RESULTS>` "
+            "joins a run's requests back to the items (every turn counts for speed, the last "
+            "turn of a session for acceptance).",
         ]
     if fmt == "by_source":
         out = [

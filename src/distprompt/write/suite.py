@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from distprompt.errors import DistpromptError, InputError
+from distprompt.errors import DistpromptError, InputError, api_spelling
 from distprompt.records import SuiteItem
 from distprompt.write.formats import FORMATS
 from distprompt.write.out_dir import (
@@ -104,6 +104,7 @@ class Suite:
     def manifest_bytes(self) -> bytes:
         return orjson.dumps(self.manifest, option=_JSON_OPTS | orjson.OPT_INDENT_2) + b"\n"
 
+    @api_spelling
     def save(
         self,
         out: str | os.PathLike[str],
@@ -157,6 +158,9 @@ class Suite:
             failed = _failed_verdict(self.manifest)
             if failed is not None and "run_md" in files:
                 _put_on_top(tmp / files["run_md"][0], failed)
+            skipped = _skipped_rows(self.manifest)
+            if skipped is not None and "run_md" in files:
+                _put_on_top(tmp / files["run_md"][0], skipped)
             if self._report is not None:
                 waited = time.perf_counter()
                 pngs = self._plots() if self._plots is not None else None
@@ -190,6 +194,7 @@ class Suite:
         return "\n".join(lines)
 
     @classmethod
+    @api_spelling
     def load(cls, path: str | os.PathLike[str]) -> Suite:
         """Read a suite folder written by :meth:`save`.
 
@@ -256,7 +261,7 @@ def _caveats(manifest: dict[str, Any]) -> str:
 def _summary_table(manifest: dict[str, Any]) -> str:
     head = (
         "source", "rows", "unique", "cands", "target", "selected", "take-all", "strata",
-        "tokens%", "turns%",
+        "exact%", "turns%",
     )  # fmt: skip
     lines = [head]
     worst = 0.0
@@ -293,6 +298,12 @@ def _summary_table(manifest: dict[str, Any]) -> str:
             )
         )
     out = format_table(lines)
+    out.append(
+        "unique: distinct prompts; cands: unique prompts kept for selection (a uniform sample, "
+        "at most --max-candidates); target: items asked for; exact%: items whose prompt "
+        "decodes to text that re-encodes to the exact ids; turns%: items whose every chat turn "
+        "was recognised (the rest are one flat message)"
+    )
     if designed:
         out.append(
             "take-all: rows whose first reply alone holds a pick's share of the source's reply "
@@ -319,6 +330,24 @@ def _failed_verdict(manifest: dict[str, Any]) -> list[str] | None:
     ]
     lines += [f"> - {m}" for m in str(check.get("mismatch") or "").splitlines()]
     return lines
+
+
+def _skipped_rows(manifest: dict[str, Any]) -> list[str] | None:
+    """Markdown lines naming the bad rows left out of the corpus (``on_error="skip"``)."""
+    counts = manifest.get("counts") or {}
+    skipped: dict[str, int] = counts.get("skipped") or {}
+    if not skipped:
+        return None
+    first = counts.get("first_skipped") or {}
+    total = sum(skipped.values())
+    reasons = ", ".join(
+        f"{k}: {v}" + (f" (first at {first[k]})" if k in first else "") for k, v in skipped.items()
+    )
+    return [
+        f"> **{total} bad {'row' if total == 1 else 'rows'} skipped at export** (`--on-error "
+        f"skip`): {reasons}. The suite and its weights stand for the other rows only "
+        "(`manifest.json`, `counts.skipped`).",
+    ]
 
 
 def _put_on_top(path: Path, block: list[str]) -> None:
