@@ -474,6 +474,9 @@ def test_the_reference_sample_does_not_depend_on_the_split(
 
     root = synthetic_corpus(tmp_path / "d", {"s": 3 * REPLY_SAMPLE})
     shards = discover_shards(root)
+    # every row measured as it comes (no waiting until the unit ends), so that the counts
+    # below compare what the split leaves out
+    monkeypatch.setattr(scan_module, "PENDING_TOKENS", 0)
     whole = scan(shards, max_candidates=4 * REPLY_SAMPLE, workers=1)
     assert scan_module._ref_size(scan_module.Unit(shards[0], 0, 4096)) < REPLY_SAMPLE
     monkeypatch.setattr(scan_module, "_ref_size", lambda unit: 4)
@@ -490,3 +493,47 @@ def test_the_reference_sample_does_not_depend_on_the_split(
     for x, y in zip(a[ref], filled[ref], strict=True):
         assert np.array_equal(x.reply, y.reply)
         assert y.prompt_ids is None and y.response_ids is None  # only the features are kept
+
+
+@pytest.mark.parametrize("budget", [0, 200, 10**9])
+def test_replies_measured_when_the_unit_ends_are_the_ones_measured_as_rows_come(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget: int
+) -> None:
+    """Most rows that enter a unit's running bottom-m of keys leave it again: their replies
+    wait (Partial.pending) and only those still in it when the unit ends are measured. The
+    reference sample gets the same features as when every row is measured as it comes
+    (budget 0), also when the waiting room fills up mid-unit (budget 200 tokens)."""
+    from distprompt.read import scan as scan_module
+    from distprompt.read.scan import REPLY_SAMPLE, scan
+
+    from factories import synthetic_corpus
+
+    root = synthetic_corpus(tmp_path / "d", {"s": 3 * REPLY_SAMPLE})
+    shards = discover_shards(root)
+    calls: list[int] = []
+    measure = scan_module.reply_features
+
+    def counted(prompt: np.ndarray, reply: np.ndarray) -> np.ndarray:
+        calls.append(1)
+        return measure(prompt, reply)
+
+    monkeypatch.setattr(scan_module, "reply_features", counted)
+    monkeypatch.setattr(scan_module, "PENDING_TOKENS", 0)
+    eager = scan(shards, max_candidates=4 * REPLY_SAMPLE, workers=1).pools["s"].candidates()
+    n_eager = len(calls)
+    calls.clear()
+    monkeypatch.setattr(scan_module, "PENDING_TOKENS", budget)
+    late = scan(shards, max_candidates=4 * REPLY_SAMPLE, workers=1).pools["s"].candidates()
+    assert [c.key for c in eager] == [c.key for c in late]
+    for a, b in zip(eager[:REPLY_SAMPLE], late[:REPLY_SAMPLE], strict=True):
+        assert a.reply is not None and b.reply is not None
+        assert np.array_equal(a.reply, b.reply)
+    if budget == 0:
+        assert len(calls) == n_eager
+    else:
+        assert len(calls) < n_eager  # the rows that left the bottom-m were not measured
+    if budget == 10**9:
+        # outside the reference only rows the longest-reply tracker took while they were in
+        # the bottom-m carry features (measured as they came): the others waited and left
+        outside = [sum(c.reply is not None for c in x[REPLY_SAMPLE:]) for x in (eager, late)]
+        assert outside[1] < outside[0] / 2

@@ -22,6 +22,7 @@ __all__ = [
     "FEATURE_HEAD",
     "FEATURE_TAIL",
     "REPLY_FEATURES",
+    "REPLY_PROMPT_TOKENS",
     "SHARD_SUFFIXES",
     "UNSUPPORTED_SUFFIXES",
     "Ambiguity",
@@ -120,7 +121,8 @@ def feature_window(prompt_ids: np.ndarray) -> np.ndarray:
 REPLY_FEATURES = ("seen2", "seen4", "distinct")
 _REPLY_SCALE = 65535  # shares are kept as uint16 (2 bytes a feature and candidate)
 _REPLY_KEEP = 65534  # the largest share kept: all 65535 marks a candidate not measured
-_REPLY_PROMPT_TOKENS = 32768  # the prompt's last this many tokens are searched
+#: :func:`reply_features` searches the prompt's last this many tokens.
+REPLY_PROMPT_TOKENS = 32768
 _M = tuple(np.uint64(m) for m in (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9))
 _M_UNIGRAM = np.uint64(0xD6E8FEB86659FD93)
 _BIGRAM_OFFSET = np.uint64(0x14057B7EF767814F)  # keeps bigram hashes off 4-gram hashes
@@ -177,7 +179,7 @@ def reply_features(prompt_ids: np.ndarray, reply_ids: np.ndarray) -> np.ndarray:
     out = np.zeros(len(REPLY_FEATURES), dtype=np.uint16)
     if n == 0:
         return out
-    p = np.asarray(prompt_ids)[-_REPLY_PROMPT_TOKENS:]
+    p = np.asarray(prompt_ids)[-REPLY_PROMPT_TOKENS:]
     k = p.shape[0]
     x = np.concatenate([p, r]).astype(np.uint64)
     k2, k4 = max(0, k - 1), max(0, k - 3)
