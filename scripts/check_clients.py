@@ -374,6 +374,15 @@ def expected_prompts(cmd: str, suite: Path) -> tuple[dict[str, list[int]], str]:
     return exp, f
 
 
+def _rows_by_key(f: str, suite: Path, exp: dict[str, list[int]]) -> Counter[str]:
+    """How many rows of the command's file have each prompt key (``exp`` holds one output
+    length per row, except for sharegpt.json, whose rows are counted here)."""
+    if f == "sharegpt.json":
+        rows = json.loads((suite / f).read_text(encoding="utf-8"))
+        return Counter(r["conversations"][0]["value"] for r in rows)
+    return Counter({k: len(v) for k, v in exp.items()})
+
+
 def _key(path: str, body: dict[str, Any]) -> str:
     if path.endswith("chat/completions"):
         msgs = [m for m in body.get("messages") or [] if m.get("role") != "assistant"]
@@ -487,9 +496,16 @@ def _check_command(
             errors.append(f"{name}: output length {mt} for {key[:40]!r}, file says {exp[key]}")
     if f == "sharegpt.json":
         errors += _sharegpt_lengths(name, reqs[1 if warmup else 0 :], suite)
-    distinct = len(seen)
-    if not f.startswith("by_source/") and distinct != min(announced, len(exp)):
-        errors.append(f"{name}: {distinct} distinct prompts sent, RUN.md says {announced}")
+    # every announced row sent once: as many requests as announced (above), and no prompt
+    # text more often than the file holds it (two items may share a text: the single-turn
+    # files keep only the last user turn)
+    rows = _rows_by_key(f, suite, exp)
+    twice = sorted(k for k, c in seen.items() if c > rows.get(k, 1))
+    if not f.startswith("by_source/") and twice:
+        errors.append(
+            f"{name}: {len(twice)} prompts sent more often than the file holds them "
+            f"(RUN.md says {announced} requests): {twice[0][:60]!r}"
+        )
     errors = errors[:20]
     lo = min((k for k in lengths if k is not None), default=None)
     hi = max((k for k in lengths if k is not None), default=None)
@@ -512,14 +528,26 @@ _GAP = re.compile(r"(\d+) items? (\d+) tokens? (shorter|longer)")
 
 
 def _sharegpt_lengths(name: str, reqs: list[tuple[str, dict[str, Any]]], suite: Path) -> list[str]:
-    """Output length asked minus the item's ``max_tokens``, against RUN.md's announced split."""
+    """Output length asked minus the item's ``max_tokens``, against RUN.md's announced split.
+
+    Items whose first turn has the same text (two prompts that differ only in the history the
+    format drops) are paired with the requests of that text in order of length."""
     items = {r["id"]: r for r in _jsonl(suite / "suite.jsonl")}
-    by_text: dict[str, int] = {}
+    by_text: dict[str, list[int]] = {}
     for r in json.loads((suite / "sharegpt.json").read_text(encoding="utf-8")):
-        by_text.setdefault(r["conversations"][0]["value"], items[r["id"]]["max_tokens"])
-    seen = Counter(
-        _max_tokens(p, b) - max(1, by_text[_key(p, b)]) for p, b in reqs if _key(p, b) in by_text
-    )
+        by_text.setdefault(r["conversations"][0]["value"], []).append(
+            max(1, items[r["id"]]["max_tokens"])
+        )
+    asked: dict[str, list[int]] = {}
+    for p, b in reqs:
+        mt = _max_tokens(p, b)
+        if _key(p, b) in by_text and mt is not None:  # a missing length is reported apart
+            asked.setdefault(_key(p, b), []).append(mt)
+    seen: Counter[int] = Counter()
+    for text, got in asked.items():
+        want = sorted(by_text[text])
+        for i, g in enumerate(sorted(got)):
+            seen[g - want[min(i, len(want) - 1)]] += 1
     m = _DIFF.search((suite / "RUN.md").read_text(encoding="utf-8"))
     said = {
         (-1 if way == "shorter" else 1) * int(d): int(c)
