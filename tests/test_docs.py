@@ -63,8 +63,8 @@ def _options(cmd: Any) -> set[str]:
     return out
 
 
-def _help(*args: str) -> str:
-    env = dict(os.environ, COLUMNS="250", NO_COLOR="1", TERM="dumb")
+def _help(*args: str, columns: int = 250) -> str:
+    env = dict(os.environ, COLUMNS=str(columns), NO_COLOR="1", TERM="dumb")
     r = subprocess.run(
         [sys.executable, "-m", "distprompt", *args, "--help"],
         capture_output=True,
@@ -240,18 +240,10 @@ HELP_SNAPSHOT = REPO_ROOT / "tests" / "help_80.txt"
 
 
 def _help_at_80() -> str:
-    env = dict(os.environ, COLUMNS="80", NO_COLOR="1", TERM="dumb")
     parts = []
     for name in ["", *sorted(_commands())]:
-        args = [name] if name else []
-        r = subprocess.run(
-            [sys.executable, "-m", "distprompt", *args, "--help"],
-            capture_output=True,
-            text=True,
-            check=True,
-            env=env,
-        )
-        parts.append(f"$ distprompt {name} --help".replace("  ", " ") + "\n" + r.stdout)
+        text = _help(*([name] if name else []), columns=80)
+        parts.append(f"$ distprompt {name} --help".replace("  ", " ") + "\n" + text)
     return "\n".join(parts)
 
 
