@@ -8,7 +8,7 @@ versions, the tokenizer's path and the DATA spelling) for ``--per-source 20``, s
   26: items carry ``response_ids``, the report compares max_tokens with the first replies, and
   selection is a sampling design, so the old bytes are not reproduced any more; re-pinned for
   its reply features seen2/seen4/distinct, the exact-first calibration and the weighted length
-  verdict);
+  verdict; and for the reply features lookup/lookup_run);
 * ``SUITE``: the current output, features from the bounded window (head 256 + tail 256 tokens;
   a deliberate change, measured in docs/concepts.md).
 
@@ -42,13 +42,13 @@ VERSIONS = {
     "tokenizers": "0.23.3",
     "transformers": "5.24.0",
 }
-FULL_PROMPT_SUITE = "cd968856a1ea657ced95b5f75d51f8eaef67ca42064180ebf22bb926f2741ec4"
-FULL_PROMPT_REPORT = "fdb7752229c1158f5b55edac35604bbcf5187e820246272f12efc6683c7066dc"
-SUITE = "617edd22cd1d2909ab4b62650d266a93236f0c6c93afe3f2cfded829cff79155"
-MANIFEST = "beff7263de2adcf6a1e596538000b89f5da12ba6ac3805e9eda3a3556927efd3"
+FULL_PROMPT_SUITE = "0b4d47e12b55c95f4792976796b5ae26e66dafde7f57da03483a3396512f7622"
+FULL_PROMPT_REPORT = "f80d531321be7e6a9c7325155e41ec144c5562f0740f4fc5181ab2051349e47d"
+SUITE = "71cd956f9a557ab07bc086d411863c56c49eec6bed5cd6dac1910c0c955190b2"
+MANIFEST = "b9b1854116807e653699c77a1f420134139e5c34050c9f57eec8c17d2014c33a"
 # the manifest records each source's sampling design as selected, so whole-prompt features
 # (another selection) have their own
-FULL_PROMPT_MANIFEST = "4a4c067d2653e1f88aeeec5d81108f051881983fda52f49fe0fae3cad1a15aff"
+FULL_PROMPT_MANIFEST = "37cc8366ada5d76109ba347a0f3495c6ed1b68c573ed3be8627a62b26dfbceb1"
 
 
 def _versions() -> dict[str, str]:

@@ -1,8 +1,12 @@
 """The reply features of the pass (records.reply_features) against their definitions, written
 out plainly: per reply token, whether the bigram / 4-gram ending at it occurred earlier in the
-prompt's last 32k tokens or earlier in the reply, and the reply's distinct tokens."""
+prompt's last 32k tokens or earlier in the reply; the reply's distinct tokens; whether a copy
+predictor (the token after the last earlier occurrence of the longest context of up to three
+tokens that occurred earlier) gets the token right, and the token before it too."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import pytest
@@ -27,6 +31,20 @@ def _plain(prompt: list[int], reply: list[int], tail: int = 32768) -> list[float
                 hit += 1
         out.append(hit / len(reply))
     out.append(len(set(reply)) / len(reply))
+    right = []
+    for t in range(start, len(ctx)):
+        guess = None
+        for n in (3, 2, 1):
+            if t - n < 0:
+                continue
+            context = ctx[t - n : t]
+            earlier = [j for j in range(n, t) if ctx[j - n : j] == context]
+            if earlier:
+                guess = ctx[earlier[-1]]
+                break
+        right.append(guess == ctx[t])
+    out.append(sum(right) / len(reply))
+    out.append(sum(a and b for a, b in itertools.pairwise(right)) / len(reply))
     return out
 
 
@@ -68,4 +86,14 @@ def test_a_measured_reply_never_reads_as_unmeasured() -> None:
     reply = np.array([7, 8, 9])
     got = reply_features(np.array([1, 7, 8, 9]), reply)
     assert got.tolist() != [65535] * len(REPLY_FEATURES)
-    assert reply_features(np.array([1, 2]), np.array([], dtype=np.int32)).tolist() == [0, 0, 0]
+    empty = reply_features(np.array([1, 2]), np.array([], dtype=np.int32))
+    assert empty.tolist() == [0] * len(REPLY_FEATURES)
+
+
+def test_a_copied_span_is_predicted_after_its_first_token() -> None:
+    # the reply copies 6 prompt tokens: the first has no context seen before (the prompt's
+    # last token occurs once); the copy predictor gets the other five, in one run of five
+    prompt = np.array([10, 11, 12, 13, 14, 15, 99])
+    reply = np.array([10, 11, 12, 13, 14, 15])
+    got = reply_features(prompt, reply) / 65535
+    assert np.allclose(got[3:], [5 / 6, 4 / 6], atol=1 / 65535)

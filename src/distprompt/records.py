@@ -118,26 +118,31 @@ def feature_window(prompt_ids: np.ndarray) -> np.ndarray:
 
 
 #: What :func:`reply_features` measures of a first reply, in its order (shares in ``[0, 1]``).
-REPLY_FEATURES = ("seen2", "seen4", "distinct")
+REPLY_FEATURES = ("seen2", "seen4", "distinct", "lookup", "lookup_run")
 _REPLY_SCALE = 65535  # shares are kept as uint16 (2 bytes a feature and candidate)
 _REPLY_KEEP = 65534  # the largest share kept: all 65535 marks a candidate not measured
 #: :func:`reply_features` searches the prompt's last this many tokens.
 REPLY_PROMPT_TOKENS = 32768
+#: :func:`reply_features`'s lookup predicts from at most this many tokens of context.
+LOOKUP_ORDER = 3
 _M = tuple(np.uint64(m) for m in (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9))
 _M_UNIGRAM = np.uint64(0xD6E8FEB86659FD93)
-_BIGRAM_OFFSET = np.uint64(0x14057B7EF767814F)  # keeps bigram hashes off 4-gram hashes
-_POS_BITS = 20  # positions packed under the hashes when the reply's grams are sorted
+_BIGRAM_OFFSET = np.uint64(0x14057B7EF767814F)  # keeps bigram hashes off the others
+_TRIGRAM_OFFSET = np.uint64(0x61C8864680B583EB)  # keeps trigram hashes off the others
+#: Token values no vocabulary holds, put before the context (:func:`reply_features`).
+_SENTINELS = np.array([1 << 40, (1 << 40) + 1, (1 << 40) + 2], dtype=np.uint64)
+_POS_BITS = 21  # positions packed under the hashes when the grams are sorted
 _HASH_MASK = np.uint64(~((1 << _POS_BITS) - 1) & 0xFFFF_FFFF_FFFF_FFFF)
 
 
-def _seen_before(grams: np.ndarray) -> np.ndarray:
-    """Whether each hash of ``grams`` equals one before it: one sort of the hashes' high bits
-    with the positions packed under them (numpy's sort is much faster than a stable argsort;
-    a stable argsort when the positions do not fit)."""
+def _previous(grams: np.ndarray) -> np.ndarray:
+    """For each hash of ``grams``, the index of the last equal hash before it (-1: none): one
+    sort of the hashes' high bits with the positions packed under them (numpy's sort is much
+    faster than a stable argsort; a stable argsort when the positions do not fit)."""
     m = grams.shape[0]
-    seen = np.zeros(m, dtype=bool)
+    prev = np.full(m, -1, dtype=np.intp)
     if m < 2:
-        return seen
+        return prev
     if m < (1 << _POS_BITS):
         with np.errstate(over="ignore"):
             key = grams * _M[2]  # odd: a bijection whose high bits depend on every bit
@@ -145,34 +150,45 @@ def _seen_before(grams: np.ndarray) -> np.ndarray:
         key |= np.arange(m, dtype=np.uint64)
         key.sort()
         dup = (key[1:] & _HASH_MASK) == (key[:-1] & _HASH_MASK)
-        seen[(key[1:][dup] & ~_HASH_MASK).astype(np.intp)] = True
-        return seen
+        low = ~_HASH_MASK
+        prev[(key[1:][dup] & low).astype(np.intp)] = (key[:-1][dup] & low).astype(np.intp)
+        return prev
     order = np.argsort(grams, kind="stable")
     ordered = grams[order]
-    seen[order[1:]] = ordered[1:] == ordered[:-1]
-    return seen
+    dup = ordered[1:] == ordered[:-1]
+    prev[order[1:][dup]] = order[:-1][dup]
+    return prev
 
 
 def reply_features(prompt_ids: np.ndarray, reply_ids: np.ndarray) -> np.ndarray:
     """Cheap content signals of a first reply that bear on speculation, as uint16 shares
-    (:data:`REPLY_FEATURES`, scaled to 65535):
+    (:data:`REPLY_FEATURES`, scaled to 65535). The context is the prompt's last 32k tokens
+    followed by the reply:
 
     * ``seen2`` / ``seen4``: the share of the reply's tokens whose bigram / 4-gram ending at
-      them already occurred earlier, in the prompt (its last 32k tokens) or earlier in the
-      reply: the tokens a lookup of the 1 / 3 tokens before them could have drafted. Copied
-      spans (file contents, tool output, quoted code), repeated lines and degenerate loops
-      are what prompt-lookup, suffix and learned drafters alike get right, and a reply's
-      acceptance follows these shares more closely than the share of its n-grams copied from
-      the prompt or repeated within it, measured apart (benchmarks/RESULTS.md);
-    * ``distinct``: distinct tokens over tokens (low for repetitive replies).
+      them already occurred earlier in the context: the tokens a lookup of the 1 / 3 tokens
+      before them could have drafted. Copied spans (file contents, tool output, quoted code),
+      repeated lines and degenerate loops are what prompt-lookup, suffix and learned drafters
+      alike get right;
+    * ``distinct``: distinct tokens over tokens (low for repetitive replies);
+    * ``lookup``: the share of the reply's tokens that a copy predictor gets right: the token
+      that followed the most recent earlier occurrence of the longest context (up to
+      :data:`LOOKUP_ORDER` tokens) before it that occurred earlier at all. ``seen`` says a
+      continuation existed; ``lookup`` whether the one a drafter would copy is right;
+    * ``lookup_run``: the share of tokens that ``lookup`` gets right together with the token
+      before them: runs of right guesses, which is what lets a drafter's several tokens be
+      accepted in one step.
 
-    Hashes and sorts (n log n in the lengths), so the pass can afford it for every candidate
-    of the reference sample it measures.
+    Together they predict a reply's saved verify steps under lookup drafters much better than
+    ``seen`` alone on the chat and function-calling sources, where speculation's gains sit in
+    a few replies (benchmarks/RESULTS.md). One sort of the context's 1- to 4-grams with their
+    positions (n log n in the lengths), so the pass can afford it for the candidates of the
+    reference sample it measures.
 
     Example:
         >>> import numpy as np
         >>> reply_features(np.arange(20), np.array([5, 6, 7, 8, 40, 41, 40, 41])).tolist()
-        [32768, 8192, 49151]
+        [32768, 8192, 49151, 32768, 16384]
     """
     r = np.asarray(reply_ids)
     n = r.shape[0]
@@ -180,31 +196,38 @@ def reply_features(prompt_ids: np.ndarray, reply_ids: np.ndarray) -> np.ndarray:
     if n == 0:
         return out
     p = np.asarray(prompt_ids)[-REPLY_PROMPT_TOKENS:]
-    k = p.shape[0]
-    x = np.concatenate([p, r]).astype(np.uint64)
-    k2, k4 = max(0, k - 1), max(0, k - 3)
+    # three distinct tokens no vocabulary holds go first: every gram the measures look up
+    # then exists, and those holding them occur nowhere else
+    x = np.concatenate([_SENTINELS, p, r]).astype(np.uint64)
+    k, size = _SENTINELS.shape[0] + p.shape[0], _SENTINELS.shape[0] + p.shape[0] + n
     with np.errstate(over="ignore"):
+        g1 = x * _M_UNIGRAM  # g1[e]: the token at e
         g2 = x[:-1] * _M[0]
         g2 += x[1:]
-        g2 += _BIGRAM_OFFSET  # g2[i]: the bigram ending at x[i + 1]
+        g2 += _BIGRAM_OFFSET  # g2[e - 1]: the bigram ending at e
+        g3 = g2[:-1] * _M[1]
+        g3 += x[2:]
+        g3 += _TRIGRAM_OFFSET  # g3[e - 2]: the trigram ending at e
         g4 = g2[:-2] * _M[1]
-        g4 += g2[2:]  # g4[i]: the 4-gram ending at x[i + 3]
-        # the reply's unigrams, then the bigrams and 4-grams ending in it: one sort finds
-        # what repeats within the reply
-        grams = np.concatenate([x[k:] * _M_UNIGRAM, g2[k2:], g4[k4:]])
-    seen = _seen_before(grams)
-    if k2 > 0:  # and what the prompt already holds
-        hay = np.sort(np.concatenate([g2[:k2], g4[:k4]]))
-        needles = grams[n:]
-        at = np.searchsorted(hay, needles)
-        np.minimum(at, hay.shape[0] - 1, out=at)
-        seen[n:] |= hay[at] == needles
-    n2 = g2.shape[0] - k2
-    shares = (
-        np.count_nonzero(seen[n : n + n2]) / n,
-        np.count_nonzero(seen[n + n2 :]) / n,
-        (n - np.count_nonzero(seen[:n])) / n,
-    )
+        g4 += g2[2:]  # g4[e - 3]: the 4-gram ending at e
+    # prev[lo[o] + e - o]: where in the same array the last earlier occurrence of the
+    # (o + 1)-gram ending at e is (-1: none; one in another order's block: a collision)
+    prev = _previous(np.concatenate((g1, g2, g3, g4)))
+    lo = (0, size, 2 * size - 1, 3 * size - 3)
+    seen2 = np.count_nonzero(prev[lo[1] + k - 1 : lo[1] + size - 1] >= lo[1])
+    seen4 = np.count_nonzero(prev[lo[3] + k - 3 : lo[3] + size - 3] >= lo[3])
+    repeats = np.count_nonzero(prev[k:size] >= k)  # the last earlier occurrence is in the reply
+    # the copy predictor: for each reply token, the longest context before it (up to
+    # LOOKUP_ORDER tokens, ending at e = t - 1) that occurred earlier, and the token that
+    # followed its last occurrence there (at: the index of that next token in x; -1: none)
+    at = np.full(n, -1, dtype=np.intp)
+    for o in range(LOOKUP_ORDER):
+        last = prev[lo[o] + k - 1 - o : lo[o] + size - 1 - o]
+        at = np.where(last >= lo[o], last - (lo[o] - o - 1), at)
+    right = x[at] == x[k:]
+    right &= at >= 0
+    runs = np.count_nonzero(right[1:] & right[:-1])
+    shares = (seen2 / n, seen4 / n, (n - repeats) / n, np.count_nonzero(right) / n, runs / n)
     out[:] = np.minimum(np.round(np.asarray(shares) * _REPLY_SCALE), _REPLY_KEEP)
     return out
 

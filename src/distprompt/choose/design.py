@@ -19,10 +19,11 @@ applied per source:
    calibrated (bounded linear calibration, ``[1/3, 3]`` times the start) so that the weighted
    totals of rows, prompt tokens and first-reply tokens equal the corpus's exactly, and the
    token-weighted shares of reply content that bear on speculation (tokens whose bigram or
-   4-gram occurred earlier in the prompt or the reply, distinct tokens:
-   :func:`distprompt.records.reply_features`) equal their estimate from the pool's reference
-   sample, as closely as the bounds allow while the exact totals hold. What calibration
-   cannot reach within the bounds is the residual, reported.
+   4-gram occurred earlier in the prompt or the reply, distinct tokens, tokens a copy
+   predictor gets right, alone and in runs: :func:`distprompt.records.reply_features`)
+   equal their estimate from the pool's reference sample, as closely as the bounds allow
+   while the exact totals hold. What calibration cannot reach within the bounds is the
+   residual, reported.
 
 The unit of ``weight`` is corpus rows: a source's weights sum to its row count, so across
 sources they are comparable as they are.
