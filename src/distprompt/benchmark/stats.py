@@ -43,6 +43,7 @@ __all__ = [
     "corpus_estimate",
     "request_parts",
     "summarize",
+    "traffics",
 ]
 
 BOOTSTRAP = 2000
@@ -233,6 +234,7 @@ def _window_figures(reqs: list[dict[str, Any]]) -> dict[str, Any]:
     ttft = [r["ttft"] for r in ok if r.get("ttft") is not None]
     itl = [x for r in ok for x in r.get("itl") or ()]
     busy = sum(r["end"] - r["start"] for r in reqs)
+    cached = [r for r in ok if r.get("cached_tokens") is not None and r.get("n_prompt_tokens")]
     out: dict[str, Any] = {
         "requests": len(reqs),
         "ok": len(ok),
@@ -242,6 +244,11 @@ def _window_figures(reqs: list[dict[str, Any]]) -> dict[str, Any]:
         "output_tok_s": toks / dur if dur > 0 else None,
         "req_s": len(ok) / dur if dur > 0 else None,
         "mean_in_flight": busy / dur if dur > 0 else None,
+        "prompt_cached_fraction": (
+            sum(r["cached_tokens"] for r in cached) / sum(r["n_prompt_tokens"] for r in cached)
+            if cached
+            else None
+        ),
     }
     for q in (50, 90, 99):
         out[f"ttft_p{q}_ms"] = _ms(_pct(ttft, q))
@@ -316,17 +323,28 @@ def _counters_estimate(
     }
 
 
-def summarize(
+def _traffic(r: Mapping[str, Any]) -> str:
+    return str(r.get("traffic") or "per-source")
+
+
+def traffics(requests: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The traffic modes present, the headline (``mixed`` when it ran) first."""
+    present = {_traffic(r) for r in requests}
+    return [t for t in ("mixed", "per-source") if t in present] + sorted(
+        present - {"mixed", "per-source"}
+    )
+
+
+def _view(
     requests: Sequence[dict[str, Any]],
     windows: Sequence[dict[str, Any]],
-    meta: dict[str, Any],
+    shares: dict[str, float],
     *,
-    n_boot: int = BOOTSTRAP,
-    seed: int = SEED,
-    min_cluster_requests: int = MIN_CLUSTER_REQUESTS,
-) -> dict[str, Any]:
-    """Every figure of ``summary.json`` from the request records (see the module docstring)."""
-    shares: dict[str, float] = meta.get("shares", {})
+    interleaved: bool,
+    n_boot: int,
+    seed: int,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``by_source`` rows and ``corpus`` entries of one traffic mode."""
     by_win: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for r in requests:
         by_win[(r["source"], int(r["concurrency"]))].append(r)
@@ -342,9 +360,10 @@ def summarize(
         entry: dict[str, Any] = {"concurrency": c}
         reqs_c = [r for (s, cc), rs in by_win.items() if cc == c for r in rs]
         entry.update(_window_figures(reqs_c) if reqs_c else {})
-        if not meta.get("interleaved"):
+        if not interleaved:
             # the level's duration is the sum of its source windows (they run one after
-            # another); in an interleaved run (AIPerf: every source at once) it is its own span
+            # another); in an interleaved run (mixed traffic, AIPerf: every source at once) it
+            # is its own span
             dur = sum(row["duration_s"] for row in rows if row["concurrency"] == c)
             toks = sum(row["output_tokens"] for row in rows if row["concurrency"] == c)
             oks = sum(row["ok"] for row in rows if row["concurrency"] == c)
@@ -355,6 +374,16 @@ def summarize(
         for name in _FIGS:
             per_source = {s: RatioParts.of(rs, name) for (s, cc), rs in by_win.items() if cc == c}
             est = corpus_estimate(per_source, shares, n_boot=n_boot, seed=seed)
+            if est is None and ("*", c) in counters:  # a mixed window's counters: the mix itself
+                cp = _counter_parts(counters[("*", c)])[name]
+                if cp is not None:
+                    est = {
+                        "estimate": cp[0] / cp[1],
+                        "ci_low": None,
+                        "ci_high": None,
+                        "sources": None,
+                        "n": None,
+                    }
             if est is None:  # counters only
                 wins = {
                     s: (counters[(s, c)], sum(1 for r in rs if _ok(r)))
@@ -364,16 +393,60 @@ def summarize(
                 est = _counters_estimate(wins, name, shares)
             entry[name] = est
         corpus.append(entry)
-    clusters = _clusters(requests, min_cluster_requests)
+    return rows, corpus
+
+
+def summarize(
+    requests: Sequence[dict[str, Any]],
+    windows: Sequence[dict[str, Any]],
+    meta: dict[str, Any],
+    *,
+    n_boot: int = BOOTSTRAP,
+    seed: int = SEED,
+    min_cluster_requests: int = MIN_CLUSTER_REQUESTS,
+) -> dict[str, Any]:
+    """Every figure of ``summary.json`` from the request records (see the module docstring).
+
+    Each traffic mode that ran gets its own ``by_source`` rows and ``corpus`` entries (tagged
+    ``traffic``); ``headline`` names the mode whose corpus estimate leads (``mixed`` when it
+    ran: the traffic a server of the training mix sees), and its entries come first.
+    """
+    from distprompt.benchmark.profile import acceptance_profiles
+
+    shares: dict[str, float] = meta.get("shares", {})
+    modes = traffics(requests) or ["per-source"]
+    rows: list[dict[str, Any]] = []
+    corpus: list[dict[str, Any]] = []
+    for t in modes:
+        r_t = [r for r in requests if _traffic(r) == t]
+        w_t = [w for w in windows if _traffic(w) == t]
+        vr, vc = _view(
+            r_t,
+            w_t,
+            shares,
+            interleaved=bool(meta.get("interleaved")) or t == "mixed",
+            n_boot=n_boot,
+            seed=seed,
+        )
+        rows += [{"traffic": t, **x} for x in vr]
+        corpus += [{"traffic": t, **x} for x in vc]
+    head = [r for r in requests if _traffic(r) == modes[0]]
+    clusters = _clusters(head, min_cluster_requests)  # one mode: weights mean one thing
     errors = Counter(r["error_kind"] for r in requests if not _ok(r))
     return {
         "meta": meta,
         "requests": len(requests),
         "ok": sum(1 for r in requests if _ok(r)),
         "errors": dict(sorted(errors.items())),
+        "headline": modes[0],
+        "traffics": modes,
+        "warnings": list(meta.get("warnings") or ()),
         "by_source": rows,
         "corpus": corpus,
         "clusters": clusters,
+        "profiles": acceptance_profiles(
+            head, [w for w in windows if _traffic(w) == modes[0]], shares
+        ),
         "windows": list(windows),
         "method": {
             "bootstrap": n_boot,
