@@ -48,6 +48,7 @@ class Produced:
     chunks: int
     histogram: list[int]
     outcome: str = "ok"
+    cached: int = 0
 
     @property
     def sglang_accept_length(self) -> float:
@@ -74,6 +75,12 @@ class Behaviour:
     close_after: int | None = None  # stop listening once this many generations were asked
     max_requests: int = 2000
     lifetime: float = 120.0
+    # SGLang /server_info (and /get_server_info) in the shape of its http_server.py
+    server_info: bool = False
+    max_running_requests: int = 48
+    context_length: int = 32768
+    max_model_len: int | None = None  # vLLM: in /v1/models
+    flush: bool = True  # POST /flush_cache and /reset_prefix_cache answer 200 (vLLM: dev mode)
 
 
 class FakeServer:
@@ -90,6 +97,8 @@ class FakeServer:
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0] * NUM_DRAFT}
         self.lock = threading.Lock()
         self.served = 0
+        self.cache: set[tuple[int, ...]] = set()  # prompts in the prefix cache
+        self.flushes = 0
         srv = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -102,7 +111,12 @@ class FakeServer:
                 if self.path == "/health":
                     self._send(200, b"", "text/plain")
                 elif self.path == "/v1/models":
-                    self._send(200, json.dumps({"data": [{"id": "fake-model"}]}).encode())
+                    card: dict[str, Any] = {"id": "fake-model", "object": "model"}
+                    if srv.b.max_model_len is not None:
+                        card["max_model_len"] = srv.b.max_model_len
+                    self._send(200, json.dumps({"object": "list", "data": [card]}).encode())
+                elif self.path in ("/server_info", "/get_server_info") and srv.b.server_info:
+                    self._send(200, json.dumps(srv.server_info()).encode())
                 elif self.path == "/metrics" and srv.b.spec and not srv.b.per_request_metrics:
                     self._send(200, srv.metrics_text().encode(), "text/plain")
                 else:
@@ -110,7 +124,17 @@ class FakeServer:
 
             def do_POST(self) -> None:
                 n = int(self.headers.get("Content-Length", 0))
-                body = json.loads(self.rfile.read(n))
+                raw = self.rfile.read(n)
+                if self.path in ("/flush_cache", "/reset_prefix_cache"):
+                    if not srv.b.flush:
+                        self._send(404, b'{"detail":"Not Found"}')
+                        return
+                    with srv.lock:
+                        srv.cache.clear()
+                        srv.flushes += 1
+                    self._send(200, b"", "text/plain")
+                    return
+                body = json.loads(raw)
                 with srv.lock:
                     srv.served += 1
                     if srv.served > srv.b.max_requests:
@@ -148,6 +172,30 @@ class FakeServer:
         self._thread.join(timeout=10)
 
     # --------------------------------------------------------------------------------------
+    def server_info(self) -> dict[str, Any]:
+        """SGLang's ``/server_info``: the server arguments flattened, ``internal_states`` per
+        DP rank, ``version`` (python/sglang/srt/entrypoints/http_server.py)."""
+        return {
+            "model_path": "fake-model",
+            "context_length": self.b.context_length,
+            "max_running_requests": self.b.max_running_requests,
+            "dp_size": 1,
+            "speculative_algorithm": "EAGLE3" if self.b.spec else None,
+            "speculative_num_steps": NUM_DRAFT if self.b.spec else None,
+            "speculative_eagle_topk": 1 if self.b.spec else None,
+            "speculative_num_draft_tokens": NUM_DRAFT + 1 if self.b.spec else None,
+            "max_total_num_tokens": 20480,
+            "internal_states": [
+                {
+                    "last_gen_throughput": 0.0,
+                    "memory_usage": {"weight": 1.0, "kvcache": 0.2, "token_capacity": 20480},
+                    "effective_max_running_requests_per_dp": self.b.max_running_requests,
+                    "avg_spec_accept_length": 2.0,
+                }
+            ],
+            "version": "0.5.23",
+        }
+
     def metrics_text(self) -> str:
         c = self.counters
         lines = [
@@ -204,6 +252,10 @@ class FakeServer:
             _reply(h, 400, b'{"object": "error", "message": "unknown prompt"}')
             return
         self._check(path, body, it)
+        with self.lock:
+            prompt = tuple(it.prompt_ids)
+            cached = len(prompt) - 1 if prompt in self.cache else 0
+            self.cache.add(prompt)
         ignore_eos = (body.get("sampling_params") or body).get("ignore_eos", False)
         n = it.max_tokens if ignore_eos else max(1, int(it.max_tokens * self.b.eos_fraction))
         a = self.b.accept[it.source] + item_offset(it.id) if self.b.spec else 1.0
@@ -214,6 +266,7 @@ class FakeServer:
         steps = max(1, len(sizes) - 1)
         accepted = sum(k - 1 for k in sizes[1:])
         prod = Produced(it.id, api, body, n, steps, accepted, steps * NUM_DRAFT, len(sizes), hist)
+        prod.cached = cached
         fault = self.b.faults.get(it.id)
         prod.outcome = fault or "ok"
         with self.lock:
@@ -279,7 +332,7 @@ class FakeServer:
                     "finish_reason": None,
                     "prompt_tokens": len(it.prompt_ids),
                     "completion_tokens": done,
-                    "cached_tokens": 0,
+                    "cached_tokens": p.cached,
                 }
                 if last:
                     meta["finish_reason"] = (
@@ -330,6 +383,7 @@ class FakeServer:
                     "prompt_tokens": len(it.prompt_ids),
                     "completion_tokens": p.n,
                     "total_tokens": len(it.prompt_ids) + p.n,
+                    "prompt_tokens_details": {"cached_tokens": p.cached},
                 },
             }
             if self.b.spec and self.b.per_request_metrics:

@@ -236,8 +236,9 @@ def advice(
     ``E(D) / S(c) = 1 + D·κ(c)``, so ``κ(c)`` is the cost one draft token adds at ``c``
     (drafting and verifying it). Assuming that cost per token holds for shorter drafts, the
     predicted speedup of ``d`` at ``c`` is ``E(d) / (1 + d·κ(c))``; the advice is the ``d ≤ D``
-    that maximises it (0: speculation off). Lengths above ``D`` were not measured and are never
-    advised.
+    that maximises it (0: speculation off, speedup 1). Lengths above ``D`` were not measured and
+    are never advised. When ``S(c) > E(D)`` (no cost to explain; κ is clamped at 0) the
+    predictions are scaled so that ``d = D`` gives the measured ``S(c)``.
 
     Args:
         position: Corpus acceptance at positions 1…D (``p_k``).
@@ -260,7 +261,10 @@ def advice(
     by_c = []
     for c, s in sorted(speedups):
         kappa = max(0.0, (e[depth] / s - 1.0) / depth) if s > 0 else float("inf")
-        pred = [e[d] / (1.0 + d * kappa) for d in range(depth + 1)]
+        # anchored to the measurement: d = D predicts S, d = 0 the baseline (1); they differ
+        # from E(d) / (1 + d·κ) only when S > E(D) (κ clamped at 0)
+        anchor = s / (e[depth] / (1.0 + depth * kappa)) if s > 0 else 1.0
+        pred = [1.0] + [e[d] / (1.0 + d * kappa) * anchor for d in range(1, depth + 1)]
         best = max(range(depth + 1), key=lambda d: (round(pred[d], 9), -d))
         by_c.append(
             {

@@ -42,6 +42,7 @@ __all__ = [
     "compare",
     "corpus_estimate",
     "request_parts",
+    "settings_differences",
     "summarize",
     "traffics",
 ]
@@ -513,40 +514,95 @@ def _speed(tokens: Any, seconds: Any) -> Any:
     return np.where(seconds > 0, tokens / np.where(seconds > 0, seconds, 1.0), 0.0)
 
 
+def settings_differences(a: Any, b: Any) -> list[str]:
+    """What makes two runs not comparable: suite, model, max_tokens, temperature, ignore_eos
+    or traffic mode, each as ``name (A vs B)``; empty when they agree.
+
+    The suite is compared by its fingerprint (the items sent and their ``max_tokens``) when both
+    runs have one, else by the item ids of their requests; ``max_tokens`` per item id.
+    """
+    out = []
+    ma, mb = a.meta, b.meta
+    fa, fb = ma.get("suite_fingerprint"), mb.get("suite_fingerprint")
+    ids_a = {r["id"] for r in a.requests}
+    ids_b = {r["id"] for r in b.requests}
+    if (fa and fb and fa != fb) or (not (fa and fb) and ids_a != ids_b):
+        out.append(
+            f"suite ({ma.get('suite')} [{fa or len(ids_a)}] vs {mb.get('suite')} "
+            f"[{fb or len(ids_b)}])"
+        )
+    if ma.get("model") != mb.get("model"):
+        out.append(f"model ({ma.get('model')} vs {mb.get('model')})")
+    mt_a = {r["id"]: r.get("max_tokens") for r in a.requests if r.get("max_tokens") is not None}
+    mt_b = {r["id"]: r.get("max_tokens") for r in b.requests if r.get("max_tokens") is not None}
+    diff = sorted(i for i in set(mt_a) & set(mt_b) if mt_a[i] != mt_b[i])
+    if diff:
+        out.append(
+            f"max_tokens ({len(diff)} items, e.g. {diff[0]}: {mt_a[diff[0]]} vs {mt_b[diff[0]]})"
+        )
+    for key in ("temperature", "ignore_eos"):
+        if ma.get(key) != mb.get(key):
+            out.append(f"{key} ({ma.get(key)} vs {mb.get(key)})")
+    ta, tb = ma.get("traffic", "per-source"), mb.get("traffic", "per-source")
+    if ta != tb:
+        out.append(f"traffic ({ta} vs {tb})")
+    return out
+
+
 def compare(
     a: Any,
     b: Any,
     *,
     n_boot: int = BOOTSTRAP,
     seed: int = SEED,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Speedup of run ``a`` over baseline ``b`` (output tok/s ratio) per source × concurrency,
-    the corpus speedup per concurrency, and where speculation stops paying.
+    the corpus speedup per concurrency, where speculation stops paying, and the draft-length
+    advice derived from ``a``'s acceptance by position and these speedups.
 
-    The corpus speedup is the ratio of the two runs' server-equivalent throughputs: each run's
-    output tokens per request over its seconds per request, each summed over the sources
-    weighted by their shares of the corpus rows — the tok/s of serving the corpus's mix.
+    The corpus speedup of per-source windows is the ratio of the two runs' server-equivalent
+    throughputs: each run's output tokens per request over its seconds per request, each summed
+    over the sources weighted by their shares of the corpus rows — the tok/s of serving the
+    corpus's mix. Of mixed traffic it is the ratio of the mixed windows' own tok/s (the mix was
+    served). Each traffic mode both runs have gets its rows (tagged ``traffic``); the headline
+    (mixed when both ran it) leads and gives ``stops_paying`` and the advice.
 
     Args:
         a, b: :class:`~distprompt.benchmark.run.BenchResults` (``a`` the speculative server).
+        force: Compare even when :func:`settings_differences` finds differences (they are kept
+            in ``differences``).
 
     Returns:
-        ``{"a", "b", "rows", "corpus", "stops_paying"}``; every speedup with a 95% bootstrap
-        interval (requests resampled within each window of both runs).
+        ``{"a", "b", "differences", "headline", "rows", "corpus", "stops_paying", "advice"}``;
+        every speedup with a 95% bootstrap interval (requests resampled within each window of
+        both runs).
+
+    Raises:
+        ConfigError: The runs differ in a setting and ``force`` is not set.
     """
+    from distprompt.benchmark.profile import advice
+    from distprompt.errors import ConfigError
+
+    diffs = settings_differences(a, b)
+    if diffs and not force:
+        raise ConfigError(
+            f"bench-compare: expected two runs of the same settings, found different "
+            f"{'; '.join(diffs)}; rerun one of them alike, or pass --force to compare anyway"
+        )
     rng = np.random.default_rng(seed)
 
-    def windows(res: Any) -> dict[tuple[str, int], list[dict[str, Any]]]:
-        out: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    def windows(res: Any) -> dict[tuple[str, str, int], list[dict[str, Any]]]:
+        out: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
         for r in res.requests:
-            out[(r["source"], int(r["concurrency"]))].append(r)
+            out[(_traffic(r), r["source"], int(r["concurrency"]))].append(r)
         return out
 
     wa, wb = windows(a), windows(b)
-    keys = sorted(set(wa) & set(wb), key=lambda k: (k[1], k[0]))
+    keys = sorted(set(wa) & set(wb), key=lambda k: (k[0] != "mixed", k[2], k[1]))
     shares = a.meta.get("shares") or b.meta.get("shares") or {}
     rows = []
-    boots: dict[tuple[str, int], tuple[_WindowBoot, _WindowBoot]] = {}
+    boots: dict[tuple[str, str, int], tuple[_WindowBoot, _WindowBoot]] = {}
     for k in keys:
         ba, bb = _window_boot(wa[k], rng, n_boot), _window_boot(wb[k], rng, n_boot)
         pa, pb = float(_speed(ba.tokens, ba.seconds)), float(_speed(bb.tokens, bb.seconds))
@@ -559,8 +615,9 @@ def compare(
         )
         rows.append(
             {
-                "source": k[0],
-                "concurrency": k[1],
+                "traffic": k[0],
+                "source": k[1],
+                "concurrency": k[2],
                 "tok_s_a": pa,
                 "tok_s_b": pb,
                 "speedup": pa / pb,
@@ -568,42 +625,78 @@ def compare(
                 "ci_high": float(hi),
             }
         )
-    corpus = []
-    for c in sorted({k[1] for k in boots}):
-        srcs = sorted(s for s, cc in boots if cc == c and shares.get(s, 0) > 0)
-        if not srcs:
-            continue
-        sums = {}
-        for side in (0, 1):
-            wins = [(shares[s], boots[(s, c)][side]) for s in srcs]
-            sums[side] = (
-                sum(sh * w.tokens for sh, w in wins),
-                sum(sh * w.seconds for sh, w in wins),
-                sum(sh * w.boot_tokens for sh, w in wins),
-                sum(sh * w.boot_seconds for sh, w in wins),
-            )
-        ta, tb = _speed(sums[0][0], sums[0][1]), _speed(sums[1][0], sums[1][1])
-        if not tb > 0:
-            continue
-        boot_a, boot_b = _speed(sums[0][2], sums[0][3]), _speed(sums[1][2], sums[1][3])
-        ratio = np.where(boot_b > 0, boot_a / np.where(boot_b > 0, boot_b, 1.0), np.nan)
-        lo, hi = np.nanpercentile(ratio, [2.5, 97.5])
-        corpus.append(
-            {
-                "concurrency": c,
-                "speedup": float(ta / tb),
-                "tok_s_a": float(ta),
-                "tok_s_b": float(tb),
-                "ci_low": float(lo),
-                "ci_high": float(hi),
+    corpus: list[dict[str, Any]] = []
+    modes = [t for t in ("mixed", "per-source") if any(k[0] == t for k in keys)]
+    for t in modes:
+        for c in sorted({k[2] for k in keys if k[0] == t}):
+            if t == "mixed":
+                whole_a = [r for (tt, _, cc), rs in wa.items() if tt == t and cc == c for r in rs]
+                whole_b = [r for (tt, _, cc), rs in wb.items() if tt == t and cc == c for r in rs]
+                wins = {
+                    0: [(1.0, _window_boot(whole_a, rng, n_boot))],
+                    1: [(1.0, _window_boot(whole_b, rng, n_boot))],
+                }
+            else:
+                srcs = sorted(
+                    s for tt, s, cc in boots if tt == t and cc == c and shares.get(s, 0) > 0
+                )
+                if not srcs:
+                    continue
+                wins = {
+                    side: [(shares[s], boots[(t, s, c)][side]) for s in srcs] for side in (0, 1)
+                }
+            sums = {
+                side: (
+                    sum(sh * w.tokens for sh, w in wins[side]),
+                    sum(sh * w.seconds for sh, w in wins[side]),
+                    sum(sh * w.boot_tokens for sh, w in wins[side]),
+                    sum(sh * w.boot_seconds for sh, w in wins[side]),
+                )
+                for side in (0, 1)
             }
-        )
+            ta, tb = _speed(sums[0][0], sums[0][1]), _speed(sums[1][0], sums[1][1])
+            if not tb > 0:
+                continue
+            boot_a, boot_b = _speed(sums[0][2], sums[0][3]), _speed(sums[1][2], sums[1][3])
+            ratio = np.where(boot_b > 0, boot_a / np.where(boot_b > 0, boot_b, 1.0), np.nan)
+            lo, hi = np.nanpercentile(ratio, [2.5, 97.5])
+            corpus.append(
+                {
+                    "traffic": t,
+                    "concurrency": c,
+                    "speedup": float(ta / tb),
+                    "tok_s_a": float(ta),
+                    "tok_s_b": float(tb),
+                    "ci_low": float(lo),
+                    "ci_high": float(hi),
+                }
+            )
+    head = modes[0] if modes else "per-source"
+    stops = _stops_paying(
+        [r for r in rows if r["traffic"] == head], [c for c in corpus if c["traffic"] == head]
+    )
+    pos = next(
+        (
+            r["accepted"]
+            for r in (a.summary.get("profiles") or {}).get("by_position", {}).get("rows", [])
+            if r["source"] == "corpus"
+        ),
+        None,
+    )
+    adv = advice(
+        pos or [],
+        [(c["concurrency"], c["speedup"]) for c in corpus if c["traffic"] == head],
+        label=a.meta.get("label"),
+    )
     return {
         "a": a.meta.get("label"),
         "b": b.meta.get("label"),
+        "differences": diffs,
+        "headline": head,
         "rows": rows,
         "corpus": corpus,
-        "stops_paying": _stops_paying(rows, corpus),
+        "stops_paying": stops,
+        "advice": adv,
     }
 
 
