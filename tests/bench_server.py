@@ -81,6 +81,9 @@ class Behaviour:
     context_length: int = 32768
     max_model_len: int | None = None  # vLLM: in /v1/models
     flush: bool = True  # POST /flush_cache and /reset_prefix_cache answer 200 (vLLM: dev mode)
+    # chat requests are matched by their last user turn (a client such as AIPerf sending the
+    # sessions turn by turn, with its own history): any user turn of an item answers
+    chat_any: bool = False
 
 
 class FakeServer:
@@ -90,6 +93,12 @@ class FakeServer:
         self.items = {tuple(it.prompt_ids): it for it in items}
         self.by_messages = {
             json.dumps(list(it.messages), sort_keys=True): it for it in items if it.messages
+        }
+        self.by_user_text = {
+            m["content"]: it
+            for it in items
+            for m in it.messages or ()
+            if m.get("role") == "user" and isinstance(m.get("content"), str)
         }
         self.b = behaviour
         self.log: list[Produced] = []
@@ -222,7 +231,11 @@ class FakeServer:
             return self.items.get(tuple(body.get("input_ids") or ()))
         if path == "/v1/completions":
             return self.items.get(tuple(body.get("prompt") or ()))
-        return self.by_messages.get(json.dumps(body.get("messages"), sort_keys=True))
+        it = self.by_messages.get(json.dumps(body.get("messages"), sort_keys=True))
+        if it is None and self.b.chat_any:
+            users = [m for m in body.get("messages") or () if m.get("role") == "user"]
+            it = self.by_user_text.get(users[-1].get("content")) if users else None
+        return it
 
     def _check(self, path: str, body: dict[str, Any], it: SuiteItem) -> None:
         if path == "/generate":
@@ -251,7 +264,8 @@ class FakeServer:
             self.problems.append(f"{path}: a prompt that is no suite item")
             _reply(h, 400, b'{"object": "error", "message": "unknown prompt"}')
             return
-        self._check(path, body, it)
+        if not self.b.chat_any:
+            self._check(path, body, it)
         with self.lock:
             prompt = tuple(it.prompt_ids)
             cached = len(prompt) - 1 if prompt in self.cache else 0
@@ -431,3 +445,38 @@ def _steps(n: int, a: float) -> list[int]:
         sizes.append(k)
         left -= k
     return sizes
+
+
+def multi_turn_items() -> list[SuiteItem]:
+    """Six items of two sources whose prompts are chats of one to three user turns (the suite
+    behind ``tests/data/aiperf_multi_turn``, made by ``scripts/make_aiperf_artifact.py``)."""
+    from distprompt.records import Provenance
+
+    items = []
+    for s, src in enumerate(("glaive", "sweagent")):
+        for i in range(3):
+            msgs: list[dict[str, Any]] = [{"role": "system", "content": f"You help with {src}."}]
+            for t in range(i + 1):
+                msgs.append({"role": "user", "content": f"{src} item {i} question {t}"})
+                if t < i:
+                    msgs.append({"role": "assistant", "content": f"answer {t} of item {i}"})
+            ids = tuple(1000 + 100 * s + 10 * i + k for k in range(12 + 5 * i))
+            items.append(
+                SuiteItem(
+                    id=f"{src}-mt{i}",
+                    source=src,
+                    prompt=" ".join(m["content"] for m in msgs),
+                    n_prompt_tokens=len(ids),
+                    n_response_tokens=24,
+                    max_tokens=16 + 4 * i,
+                    cluster=i,
+                    cluster_size=1,
+                    weight=float(1 + i),
+                    provenance=Provenance(f"{src}/tokenized_data.jsonl", i + 1, 100 * i),
+                    prompt_ids=ids,
+                    messages=tuple(msgs),
+                    fidelity="tokens",
+                    response="Plain prose." if i != 1 else "```python\nprint(1)\n```",
+                )
+            )
+    return items

@@ -381,3 +381,49 @@ def test_advice_from_a_comparison(suite_dir: Path, tmp_path: Path) -> None:
     text = render_bench_compare(cmp)
     assert "## Advice (derived from this run, eagle3, and this baseline)" in text
     assert "num_speculative_tokens" in text or "no --speculative-config" in text
+
+
+def test_bench_import_reads_a_real_aiperf_multi_turn_run(tmp_path: Path) -> None:
+    """tests/data/aiperf_multi_turn was written by the aiperf 0.13.0 CLI against the test
+    server (scripts/make_aiperf_artifact.py): six sessions of one to three turns, concurrency
+    2. Every turn is a request of its item; the acceptance is the last turn's; URL, model,
+    temperature and concurrency come from the artifact."""
+    from distprompt import import_aiperf
+
+    from bench_server import multi_turn_items
+
+    run = Path(__file__).parent / "data" / "aiperf_multi_turn"
+    items = multi_turn_items()
+    suite = tmp_path / "suite"
+    Suite(items, {"sources": {s: {"rows": r} for s, r in ROWS.items()}}).save(suite, formats=())
+    raw = [json.loads(x) for x in (run / "profile_export.jsonl").read_text().splitlines()]
+    res = import_aiperf(run, suite=suite, out=tmp_path / "imp")
+    assert res.meta["unmatched"] == {} and len(res.requests) == len(raw) == 12
+    config = json.loads((run / "profile_export_aiperf.json").read_text())["input_config"]
+    assert res.meta["url"] == config["endpoint"]["urls"][0]
+    assert res.meta["model"] == "fake-model" and res.meta["temperature"] == 0.0
+    assert res.meta["concurrency"] == [2] and res.meta["traffic"] == "aiperf"
+    by_item = {it.id: it for it in items}
+    turns = Counter(r["id"] for r in res.requests)
+    for it_id, n in turns.items():  # item i of a source has i + 1 user turns
+        assert n == int(it_id[-1]) + 1
+    for rec, r in zip(raw, res.requests, strict=True):
+        md, m = rec["metadata"], rec["metrics"]
+        assert (r["id"], r["turn"]) == (md["conversation_id"], md["turn_index"])
+        assert r["turns"] == turns[r["id"]] and r["source"] == by_item[r["id"]].source
+        assert r["output_tokens"] == m["output_token_count"]["value"]
+        if r["turn"] == r["turns"] - 1:
+            assert r["accept_length"] == m["spec_decode_acceptance_length"]["value"]
+            assert r["spec_steps"] == m["spec_decode_steps"]["value"]
+        else:
+            assert r["accept_length"] is None
+    assert res.meta["earlier_turns"] == 6
+    span = (
+        max(x["metadata"]["request_end_ns"] for x in raw)
+        - min(x["metadata"]["request_start_ns"] for x in raw)
+    ) * 1e-9
+    corpus = res.summary["corpus"][0]
+    assert corpus["req_s"] == pytest.approx(12 / span)
+    md_text = (tmp_path / "imp" / "summary.md").read_text()
+    assert f"aiperf at {res.meta['url']}, model fake-model" in md_text
+    assert "Traffic: aiperf" in md_text
