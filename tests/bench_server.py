@@ -84,6 +84,10 @@ class Behaviour:
     # chat requests are matched by their last user turn (a client such as AIPerf sending the
     # sessions turn by turn, with its own history): any user turn of an item answers
     chat_any: bool = False
+    # a batch's cost: each verify step sleeps step_delay · (1 + batch_cost · in flight · tokens
+    # verified a step (1 + NUM_DRAFT with speculation, else 1)), so speculation that wins alone
+    # loses when many requests share the (emulated) accelerator
+    batch_cost: float = 0.0
 
 
 class FakeServer:
@@ -108,6 +112,9 @@ class FakeServer:
         self.served = 0
         self.cache: set[tuple[int, ...]] = set()  # prompts in the prefix cache
         self.flushes = 0
+        self.active = 0  # generations in flight
+        # with /server_info on, at most max_running_requests generate at once; the rest wait
+        self.running = threading.BoundedSemaphore(behaviour.max_running_requests)
         srv = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -288,15 +295,59 @@ class FakeServer:
         if fault == "http500":
             _reply(h, 500, b'{"object": "error", "message": "engine crashed", "code": 500}')
             return
+        if self.b.server_info:
+            with self.running:
+                self._stream(h, api, it, prod, sizes, fault)
+        else:
+            self._stream(h, api, it, prod, sizes, fault)
+
+    def _stream(
+        self,
+        h: BaseHTTPRequestHandler,
+        api: str,
+        it: SuiteItem,
+        prod: Produced,
+        sizes: list[int],
+        fault: str | None,
+    ) -> None:
+        steps, accepted = prod.steps, prod.accepted
         h.send_response(200)
         h.send_header("Content-Type", "text/event-stream")
         h.send_header("Connection", "close")
         h.end_headers()
+        with self.lock:
+            self.active += 1
+        try:
+            self._send_events(h, api, it, prod, sizes, fault)
+        finally:
+            with self.lock:
+                self.active -= 1
+        if self.b.spec and not self.b.per_request_metrics and prod.outcome == "ok":
+            with self.lock:
+                c = self.counters
+                c["drafts"] += steps
+                c["draft_tokens"] += steps * NUM_DRAFT
+                c["accepted"] += accepted
+                for k in sizes[1:]:
+                    for pos in range(min(k - 1, NUM_DRAFT)):
+                        c["per_pos"][pos] += 1
+
+    def _send_events(
+        self,
+        h: BaseHTTPRequestHandler,
+        api: str,
+        it: SuiteItem,
+        prod: Produced,
+        sizes: list[int],
+        fault: str | None,
+    ) -> None:
         time.sleep(self.b.first_delay + (30.0 if fault == "slow" else 0.0))
+        verified = 1 + NUM_DRAFT if self.b.spec else 1
         try:
             for i, ev in enumerate(self._events(api, it, prod, sizes)):
                 if i and self.b.step_delay:
-                    time.sleep(self.b.step_delay)
+                    load = 1.0 + self.b.batch_cost * self.active * verified
+                    time.sleep(self.b.step_delay * load)
                 if fault == "disconnect" and i == 2:
                     h.wfile.flush()
                     h.connection.shutdown(2)
@@ -315,16 +366,7 @@ class FakeServer:
             h.wfile.write(b"data: [DONE]\n\n")
             h.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
-            return
-        if self.b.spec and not self.b.per_request_metrics:
-            with self.lock:
-                c = self.counters
-                c["drafts"] += steps
-                c["draft_tokens"] += steps * NUM_DRAFT
-                c["accepted"] += accepted
-                for k in sizes[1:]:
-                    for pos in range(min(k - 1, NUM_DRAFT)):
-                        c["per_pos"][pos] += 1
+            prod.outcome = "client gone"
 
     def _events(
         self, api: str, it: SuiteItem, p: Produced, sizes: list[int]

@@ -287,6 +287,16 @@ def test_acceptance_by_position_from_histograms_and_from_counters(
             acc = sum(sum(p.histogram[k + 1 :]) for p in ps)
             assert got[s]["accepted"][k] == pytest.approx(acc / steps)
     assert got["corpus"]["accepted"][0] > 0
+    # mixed traffic on counters only: the mixed window's counters are the mix's own figure
+    with FakeServer(items, Behaviour(accept=ACCEPT, per_request_metrics=False)) as srv:
+        res = bench(
+            suite_dir, url=srv.url, api="vllm", concurrency=[2], traffic="mixed", mixed_requests=15
+        )
+        steps = sum(p.steps for p in srv.log)
+        acc = sum(p.accepted for p in srv.log)
+    est = res.summary["corpus"][0]["accept_length"]
+    assert est["estimate"] == pytest.approx(1 + acc / steps) and est["ci_low"] is None
+    assert res.windows[0]["source"] == "*" and res.windows[0]["traffic"] == "mixed"
     md = render_summary_text(res)
     assert "## Acceptance by draft position (from counters)" in md
 
