@@ -249,9 +249,11 @@ def advice(
         None without a position profile or speedups.
 
     Example:
-        >>> a = advice([0.8, 0.6, 0.4], [(1, 2.2), (64, 0.9)])
+        >>> a = advice([0.8, 0.6, 0.4], [(1, 2.2), (16, 2.0), (64, 0.9), (128, 0.5)])
         >>> [(r["from"], r["to"], r["draft_length"]) for r in a["ranges"]]
-        [(1, 1, 3), (64, 64, 0)]
+        [(1, 16, 3), (64, 64, 1), (128, 128, 0)]
+        >>> a["speculation_off_from"]
+        128
     """
     p = [float(x) for x in position if x is not None]
     if not p or not speedups:

@@ -88,9 +88,12 @@ def render_summary(summary: dict[str, Any]) -> str:
         + "; server limits: "
         + (
             ", ".join(
-                f"{k} {lim[k]}"
-                for k in ("max_running_requests", "context_length", "speculative")
-                if k in lim
+                [f"{k} {lim[k]}" for k in ("max_running_requests", "context_length") if k in lim]
+                + [
+                    "speculative " + " ".join(f"{k}={v}" for k, v in lim["speculative"].items())
+                    for _ in (1,)
+                    if lim.get("speculative")
+                ]
             )
             or "none exposed"
         )
@@ -127,9 +130,15 @@ def render_summary(summary: dict[str, Any]) -> str:
     ]
     if len(summary.get("traffics") or ()) > 1:
         lines += [
-            "",
             f"Headline: the **{summary['headline']}** traffic's estimate (the server fed the "
             "corpus's mix); the per-source windows follow for comparison.",
+            "",
+        ]
+    if "mixed" in (summary.get("traffics") or ()):
+        lines[-1:] = [
+            "",
+            "Mixed traffic draws each request with probability ∝ share × item weight, so there "
+            "every request counts once (weight 1) and its throughput is the mixed window's own.",
             "",
         ]
     lines += _table(

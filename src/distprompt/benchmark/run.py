@@ -98,7 +98,9 @@ _CODE_LINE = re.compile(
 
 def reply_kind(item: SuiteItem) -> str:
     """What the item's recorded reply is: ``tool call``, ``reasoning``, ``code``, ``prose``, or
-    ``unknown`` (no recorded reply), judged on its decoded text in that order of precedence.
+    ``unknown`` (no recorded reply), judged on its decoded text in that order of precedence: a
+    tool-call marker (``<tool_call>``, ``<|tool_call``, ``[TOOL_CALLS]``, …); a non-empty
+    ``<think>…</think>`` block; a code fence or a line opening like code; else prose.
 
     Example:
         >>> from distprompt.records import Provenance
@@ -112,8 +114,11 @@ def reply_kind(item: SuiteItem) -> str:
         return "unknown"
     if any(m in text for m in _TOOL_MARKERS):
         return "tool call"
-    if "<think>" in text or "</think>" in text:
-        return "reasoning"
+    head, sep, rest = text.partition("</think>")
+    if sep:  # an empty thinking block (thinking switched off) is no reasoning
+        if head.replace("<think>", "").strip():
+            return "reasoning"
+        text = rest
     if "```" in text or _CODE_LINE.search(text):
         return "code"
     return "prose"
