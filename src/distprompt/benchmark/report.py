@@ -318,6 +318,7 @@ def _plot_profiles(prof: dict[str, Any], out: Path) -> None:
                 linewidth=2.5 if corpus else 1.0,
                 color="k" if corpus else None,
             )
+        ax.set_xticks(range(1, max(len(r["accepted"]) for r in pos) + 1))
         ax.set_xlabel("draft position")
         ax.set_ylabel("share of steps accepting it")
         ax.set_ylim(0, 1)
