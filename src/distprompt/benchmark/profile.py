@@ -12,7 +12,8 @@ batch):
   window deltas) when no request carries a histogram. ``conditional`` = position ``k`` over
   position ``k − 1``: the chance the drafter's k-th token is right given the ones before were.
 - *prompt-length bucket*, *reply kind*: accepted length and acceptance rate of the requests in
-  the group (:func:`distprompt.benchmark.stats.request_parts`).
+  the group (:func:`request_parts`, also the parts every figure of
+  :mod:`distprompt.benchmark.stats` is made of).
 - *corpus*: each request weighted ``w' = share_s · w_i / Σ_{j∈s} w_j`` (the sum over all of
   source ``s``'s requests of the mode, not just the group's), then ``Σ w'·num / Σ w'·den`` over
   the group: the group's figure as the corpus's traffic would show it.
@@ -25,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["LENGTH_BUCKETS", "acceptance_profiles", "advice", "length_bucket"]
+__all__ = ["LENGTH_BUCKETS", "acceptance_profiles", "advice", "length_bucket", "request_parts"]
 
 #: Lower bounds of the prompt-length buckets, in tokens.
 LENGTH_BUCKETS = (0, 512, 2048, 8192, 32768)
@@ -52,6 +53,41 @@ def length_bucket(n_prompt_tokens: int) -> str:
 def _bucket_order(name: str) -> int:
     labels = [length_bucket(lo) for lo in LENGTH_BUCKETS]
     return labels.index(name) if name in labels else len(labels)
+
+
+def request_parts(r: Mapping[str, Any], fig: str) -> tuple[float, float, bool] | None:
+    """Numerator and denominator of one request's ``fig`` as the server sums them.
+
+    ``accept_length``: ``(accept_length × steps, steps)`` — SGLang's completion tokens or vLLM's
+    steps + accepted drafts over the verify steps. ``accept_rate``: ``(accepted, drafted)``.
+    When the server did not report the denominator, it is estimated (steps = output tokens /
+    accepted length; drafts ∝ steps, else 1) and the third value is True.
+
+    Returns:
+        ``(num, den, estimated)``, or None when the request has no such figure.
+
+    Example:
+        >>> request_parts({"accept_length": 2.5, "spec_steps": 4}, "accept_length")
+        (10.0, 4.0, False)
+    """
+    if fig == "accept_length":
+        v = r.get("accept_length")
+        if v is None:
+            return None
+        steps = r.get("spec_steps")
+        if steps:
+            return float(v) * steps, float(steps), False
+        out = r.get("output_tokens") or 0
+        den = out / float(v) if out and v > 0 else 1.0
+        return float(v) * den, den, True
+    acc, drafted = r.get("spec_accepted"), r.get("spec_drafted")
+    if acc is not None and drafted:
+        return float(acc), float(drafted), False
+    v = r.get("accept_rate")
+    if v is None:
+        return None
+    den = float(r.get("spec_steps") or 1.0)  # a server proposes a fixed number of drafts a step
+    return float(v) * den, den, True
 
 
 def _ok(r: Mapping[str, Any]) -> bool:
@@ -158,8 +194,6 @@ def _by_position(
 def _grouped(
     reqs: Sequence[dict[str, Any]], shares: Mapping[str, float], key: str
 ) -> list[dict[str, Any]]:
-    from distprompt.benchmark.stats import request_parts
-
     ok = [r for r in reqs if _ok(r)]
     cw = _corpus_weights(ok, shares)
     out = []

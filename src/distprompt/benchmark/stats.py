@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from distprompt.benchmark.profile import acceptance_profiles, advice, request_parts
+
 __all__ = [
     "BOOTSTRAP",
     "MIN_CLUSTER_REQUESTS",
@@ -70,41 +72,6 @@ def _wmean(values: np.ndarray, weights: np.ndarray) -> float:
 
 def _ok(r: dict[str, Any]) -> bool:
     return r.get("error_kind") is None
-
-
-def request_parts(r: Mapping[str, Any], fig: str) -> tuple[float, float, bool] | None:
-    """Numerator and denominator of one request's ``fig`` as the server sums them.
-
-    ``accept_length``: ``(accept_length × steps, steps)`` — SGLang's completion tokens or vLLM's
-    steps + accepted drafts over the verify steps. ``accept_rate``: ``(accepted, drafted)``.
-    When the server did not report the denominator, it is estimated (steps = output tokens /
-    accepted length; drafts ∝ steps, else 1) and the third value is True.
-
-    Returns:
-        ``(num, den, estimated)``, or None when the request has no such figure.
-
-    Example:
-        >>> request_parts({"accept_length": 2.5, "spec_steps": 4}, "accept_length")
-        (10.0, 4.0, False)
-    """
-    if fig == "accept_length":
-        v = r.get("accept_length")
-        if v is None:
-            return None
-        steps = r.get("spec_steps")
-        if steps:
-            return float(v) * steps, float(steps), False
-        out = r.get("output_tokens") or 0
-        den = out / float(v) if out and v > 0 else 1.0
-        return float(v) * den, den, True
-    acc, drafted = r.get("spec_accepted"), r.get("spec_drafted")
-    if acc is not None and drafted:
-        return float(acc), float(drafted), False
-    v = r.get("accept_rate")
-    if v is None:
-        return None
-    den = float(r.get("spec_steps") or 1.0)  # a server proposes a fixed number of drafts a step
-    return float(v) * den, den, True
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,8 +379,6 @@ def summarize(
     ``traffic``); ``headline`` names the mode whose corpus estimate leads (``mixed`` when it
     ran: the traffic a server of the training mix sees), and its entries come first.
     """
-    from distprompt.benchmark.profile import acceptance_profiles
-
     shares: dict[str, float] = meta.get("shares", {})
     modes = traffics(requests) or ["per-source"]
     rows: list[dict[str, Any]] = []
@@ -581,7 +546,6 @@ def compare(
     Raises:
         ConfigError: The runs differ in a setting and ``force`` is not set.
     """
-    from distprompt.benchmark.profile import advice
     from distprompt.errors import ConfigError
 
     diffs = settings_differences(a, b)
