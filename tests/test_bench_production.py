@@ -88,6 +88,7 @@ def test_mixed_traffic_keeps_attribution_and_leads_the_summary(
     per_source = [r for r in res.requests if r["traffic"] == "per-source"]
     assert len(per_source) == 2 * len(items) and len(mixed) == 2 * 30
     want = [it.id for it in mixed_draws(items, res.meta["shares"], 30, seed=1)]
+    assert res.meta["mixed_repeats"] == 30 - len(set(want)) > 0
     for c in (1, 4):  # the same draws at every level, each request with its item's attribution
         got = sorted(r["id"] for r in mixed if r["concurrency"] == c)
         assert got == sorted(want)
@@ -171,7 +172,14 @@ def test_flush_cache_empties_the_cache_before_every_window(suite_dir: Path, tmp_
         "context_length": 100000,
         "from": ["/v1/models max_model_len"],
     }
-    assert not any("--flush-cache" in x for x in res.meta["warnings"])
+    assert not any("without --flush-cache" in x for x in res.meta["warnings"])
+    # draws with replacement repeat items within a mixed window: said, with how many
+    rep = res.meta["mixed_repeats"]
+    drawn = mixed_draws(items, res.meta["shares"], 8, seed=0)
+    assert rep == 8 - len({it.id for it in drawn})
+    assert any(
+        f"{rep} requests of each mixed window repeat" in x for x in res.meta["warnings"]
+    ) == (rep > 0)
     # a vLLM without VLLM_SERVER_DEV_MODE: the flush is refused, and said once
     with FakeServer(items, Behaviour(accept=ACCEPT, flush=False)) as srv:
         res = bench(suite_dir, url=srv.url, api="vllm", concurrency=[1], flush_cache=True)

@@ -573,6 +573,7 @@ def preflight_warnings(
     *,
     flush_cache: bool,
     passes: int,
+    repeats: int = 0,
 ) -> list[str]:
     """The traps of a run, said before its first request: a concurrency level above the
     server's running-request cap, items that do not fit its context, a replay without flushing.
@@ -583,6 +584,7 @@ def preflight_warnings(
         limits: :func:`server_limits` of the server.
         flush_cache: Whether the prefix cache is flushed before every window.
         passes: How many times the run sends the suite (levels × traffic modes).
+        repeats: Draws of a mixed window that repeat an item drawn earlier in it.
     """
     out = []
     cap = limits.get("max_running_requests")
@@ -609,6 +611,12 @@ def preflight_warnings(
         out.append(
             "the server exposes no limits (no /server_info, no max_model_len in /v1/models): "
             "concurrency and context length were not checked against it"
+        )
+    if repeats:
+        out.append(
+            f"{repeats} requests of each mixed window repeat an item drawn earlier in it (draws "
+            "with replacement): their prompts may come from the prefix cache even with "
+            "--flush-cache (see prompt_cached_fraction); fewer --mixed-requests repeat less"
         )
     if not flush_cache and passes > 1:
         out.append(
@@ -855,9 +863,13 @@ def bench(
     n_mixed = mixed_requests or len(items)
     plan = _passes(items, traffic, levels, shares, n_mixed, seed)
     passes = len(levels) * (2 if traffic == "both" else 1)
+    mixed = next((p[3] for p in plan if p[1] == "mixed"), [])
+    repeats = len(mixed) - len({j.item.id for j in mixed})
 
     def checks(limits: dict[str, Any]) -> list[str]:
-        return preflight_warnings(items, levels, limits, flush_cache=flush_cache, passes=passes)
+        return preflight_warnings(
+            items, levels, limits, flush_cache=flush_cache, passes=passes, repeats=repeats
+        )
 
     meta: dict[str, Any] = {
         "label": label or api,
@@ -875,6 +887,7 @@ def bench(
         "concurrency": levels,
         "traffic": traffic,
         "mixed_requests": n_mixed if traffic != "per-source" else None,
+        "mixed_repeats": repeats if traffic != "per-source" else None,
         "seed": seed,
         "flush_cache": flush_cache,
         "warnings": [],
