@@ -2,10 +2,15 @@
 
     python scripts/bench_demo.py SUITE_DIR OUT_DIR
 
-Runs ``distprompt bench`` three times against ``tests/bench_server.py`` (no accelerator needed):
-SGLang with speculation, vLLM reporting only Prometheus counters, and SGLang without
-speculation as the baseline, then ``bench-compare``. The server's acceptance per source is made
-up (see ACCEPT); latencies are those of a Python test server and mean nothing about real ones.
+Runs ``distprompt bench`` against ``tests/bench_server.py`` (no accelerator needed): SGLang with
+speculation, vLLM reporting only Prometheus counters, and SGLang without speculation as the
+baseline, then ``bench-compare``. Then the production run: mixed traffic and per-source windows
+at concurrency 1-64 with ``--flush-cache`` against a server that exposes ``/server_info``
+(``max_running_requests`` 48) and whose verify steps cost more the more requests share them
+(``batch_cost``), with and without speculation, ``bench-compare`` with its advice, a warm rerun
+without flushing (the cache warnings) and a comparison refused for its different traffic. The
+server's acceptance per source is made up (see ACCEPT); latencies are those of a Python test
+server and mean nothing about real ones.
 """
 
 from __future__ import annotations
@@ -50,6 +55,33 @@ def run() -> int:
             args = ["--url", srv.url, "--api", api, "--label", label, "--out", str(out / label)]
             rc |= main(["bench", str(suite), *args, *common])
     rc |= main(["bench-compare", str(out / "eagle3"), "--baseline", str(out / "base")])
+    return rc | production(suite, items, out)
+
+
+def production(suite: Path, items: list, out: Path) -> int:
+    """Mixed traffic at 1-64 against a capped server whose batches cost, and the traps."""
+    beh = {
+        "first_delay": 0.002,
+        "step_delay": 0.005,
+        "batch_cost": 0.04,
+        "server_info": True,
+        "max_running_requests": 48,
+        "lifetime": 1800.0,
+        "max_requests": 100000,
+    }
+    common = ["--max-items", "3", "--no-progress", "--overwrite", "--api", "sglang"]
+    prod = ["--concurrency", "1,4,16,64", "--traffic", "both", "--mixed-requests", "96"]
+    rc = 0
+    for label, spec in (("prod-eagle3", True), ("prod-base", False)):
+        with FakeServer(items, Behaviour(accept=ACCEPT, spec=spec, **beh)) as srv:
+            args = ["--url", srv.url, "--label", label, "--out", str(out / label)]
+            rc |= main(["bench", str(suite), *args, *common, *prod, "--flush-cache"])
+            if spec:  # the same server again, warm, without flushing: the cache warnings
+                args = ["--url", srv.url, "--label", "warm", "--out", str(out / "warm")]
+                rc |= main(["bench", str(suite), *args, *common, "--concurrency", "1,4"])
+    rc |= main(["bench-compare", str(out / "prod-eagle3"), "--baseline", str(out / "prod-base")])
+    # refused: the warm run replayed per-source windows only (exit 2, the difference named)
+    main(["bench-compare", str(out / "prod-eagle3"), "--baseline", str(out / "warm")])
     return rc
 
 

@@ -48,6 +48,7 @@ class Produced:
     chunks: int
     histogram: list[int]
     outcome: str = "ok"
+    cached: int = 0
 
     @property
     def sglang_accept_length(self) -> float:
@@ -74,6 +75,19 @@ class Behaviour:
     close_after: int | None = None  # stop listening once this many generations were asked
     max_requests: int = 2000
     lifetime: float = 120.0
+    # SGLang /server_info (and /get_server_info) in the shape of its http_server.py
+    server_info: bool = False
+    max_running_requests: int = 48
+    context_length: int = 32768
+    max_model_len: int | None = None  # vLLM: in /v1/models
+    flush: bool = True  # POST /flush_cache and /reset_prefix_cache answer 200 (vLLM: dev mode)
+    # chat requests are matched by their last user turn (a client such as AIPerf sending the
+    # sessions turn by turn, with its own history): any user turn of an item answers
+    chat_any: bool = False
+    # a batch's cost: each verify step sleeps step_delay · (1 + batch_cost · in flight · tokens
+    # verified a step (1 + NUM_DRAFT with speculation, else 1)), so speculation that wins alone
+    # loses when many requests share the (emulated) accelerator
+    batch_cost: float = 0.0
 
 
 class FakeServer:
@@ -84,12 +98,23 @@ class FakeServer:
         self.by_messages = {
             json.dumps(list(it.messages), sort_keys=True): it for it in items if it.messages
         }
+        self.by_user_text = {
+            m["content"]: it
+            for it in items
+            for m in it.messages or ()
+            if m.get("role") == "user" and isinstance(m.get("content"), str)
+        }
         self.b = behaviour
         self.log: list[Produced] = []
         self.problems: list[str] = []
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0] * NUM_DRAFT}
         self.lock = threading.Lock()
         self.served = 0
+        self.cache: set[tuple[int, ...]] = set()  # prompts in the prefix cache
+        self.flushes = 0
+        self.active = 0  # generations in flight
+        # with /server_info on, at most max_running_requests generate at once; the rest wait
+        self.running = threading.BoundedSemaphore(behaviour.max_running_requests)
         srv = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -102,7 +127,12 @@ class FakeServer:
                 if self.path == "/health":
                     self._send(200, b"", "text/plain")
                 elif self.path == "/v1/models":
-                    self._send(200, json.dumps({"data": [{"id": "fake-model"}]}).encode())
+                    card: dict[str, Any] = {"id": "fake-model", "object": "model"}
+                    if srv.b.max_model_len is not None:
+                        card["max_model_len"] = srv.b.max_model_len
+                    self._send(200, json.dumps({"object": "list", "data": [card]}).encode())
+                elif self.path in ("/server_info", "/get_server_info") and srv.b.server_info:
+                    self._send(200, json.dumps(srv.server_info()).encode())
                 elif self.path == "/metrics" and srv.b.spec and not srv.b.per_request_metrics:
                     self._send(200, srv.metrics_text().encode(), "text/plain")
                 else:
@@ -110,7 +140,17 @@ class FakeServer:
 
             def do_POST(self) -> None:
                 n = int(self.headers.get("Content-Length", 0))
-                body = json.loads(self.rfile.read(n))
+                raw = self.rfile.read(n)
+                if self.path in ("/flush_cache", "/reset_prefix_cache"):
+                    if not srv.b.flush:
+                        self._send(404, b'{"detail":"Not Found"}')
+                        return
+                    with srv.lock:
+                        srv.cache.clear()
+                        srv.flushes += 1
+                    self._send(200, b"", "text/plain")
+                    return
+                body = json.loads(raw)
                 with srv.lock:
                     srv.served += 1
                     if srv.served > srv.b.max_requests:
@@ -148,6 +188,30 @@ class FakeServer:
         self._thread.join(timeout=10)
 
     # --------------------------------------------------------------------------------------
+    def server_info(self) -> dict[str, Any]:
+        """SGLang's ``/server_info``: the server arguments flattened, ``internal_states`` per
+        DP rank, ``version`` (python/sglang/srt/entrypoints/http_server.py)."""
+        return {
+            "model_path": "fake-model",
+            "context_length": self.b.context_length,
+            "max_running_requests": self.b.max_running_requests,
+            "dp_size": 1,
+            "speculative_algorithm": "EAGLE3" if self.b.spec else None,
+            "speculative_num_steps": NUM_DRAFT if self.b.spec else None,
+            "speculative_eagle_topk": 1 if self.b.spec else None,
+            "speculative_num_draft_tokens": NUM_DRAFT + 1 if self.b.spec else None,
+            "max_total_num_tokens": 20480,
+            "internal_states": [
+                {
+                    "last_gen_throughput": 0.0,
+                    "memory_usage": {"weight": 1.0, "kvcache": 0.2, "token_capacity": 20480},
+                    "effective_max_running_requests_per_dp": self.b.max_running_requests,
+                    "avg_spec_accept_length": 2.0,
+                }
+            ],
+            "version": "0.5.23",
+        }
+
     def metrics_text(self) -> str:
         c = self.counters
         lines = [
@@ -174,7 +238,11 @@ class FakeServer:
             return self.items.get(tuple(body.get("input_ids") or ()))
         if path == "/v1/completions":
             return self.items.get(tuple(body.get("prompt") or ()))
-        return self.by_messages.get(json.dumps(body.get("messages"), sort_keys=True))
+        it = self.by_messages.get(json.dumps(body.get("messages"), sort_keys=True))
+        if it is None and self.b.chat_any:
+            users = [m for m in body.get("messages") or () if m.get("role") == "user"]
+            it = self.by_user_text.get(users[-1].get("content")) if users else None
+        return it
 
     def _check(self, path: str, body: dict[str, Any], it: SuiteItem) -> None:
         if path == "/generate":
@@ -203,7 +271,12 @@ class FakeServer:
             self.problems.append(f"{path}: a prompt that is no suite item")
             _reply(h, 400, b'{"object": "error", "message": "unknown prompt"}')
             return
-        self._check(path, body, it)
+        if not self.b.chat_any:
+            self._check(path, body, it)
+        with self.lock:
+            prompt = tuple(it.prompt_ids)
+            cached = len(prompt) - 1 if prompt in self.cache else 0
+            self.cache.add(prompt)
         ignore_eos = (body.get("sampling_params") or body).get("ignore_eos", False)
         n = it.max_tokens if ignore_eos else max(1, int(it.max_tokens * self.b.eos_fraction))
         a = self.b.accept[it.source] + item_offset(it.id) if self.b.spec else 1.0
@@ -214,6 +287,7 @@ class FakeServer:
         steps = max(1, len(sizes) - 1)
         accepted = sum(k - 1 for k in sizes[1:])
         prod = Produced(it.id, api, body, n, steps, accepted, steps * NUM_DRAFT, len(sizes), hist)
+        prod.cached = cached
         fault = self.b.faults.get(it.id)
         prod.outcome = fault or "ok"
         with self.lock:
@@ -221,15 +295,59 @@ class FakeServer:
         if fault == "http500":
             _reply(h, 500, b'{"object": "error", "message": "engine crashed", "code": 500}')
             return
+        if self.b.server_info:
+            with self.running:
+                self._stream(h, api, it, prod, sizes, fault)
+        else:
+            self._stream(h, api, it, prod, sizes, fault)
+
+    def _stream(
+        self,
+        h: BaseHTTPRequestHandler,
+        api: str,
+        it: SuiteItem,
+        prod: Produced,
+        sizes: list[int],
+        fault: str | None,
+    ) -> None:
+        steps, accepted = prod.steps, prod.accepted
         h.send_response(200)
         h.send_header("Content-Type", "text/event-stream")
         h.send_header("Connection", "close")
         h.end_headers()
+        with self.lock:
+            self.active += 1
+        try:
+            self._send_events(h, api, it, prod, sizes, fault)
+        finally:
+            with self.lock:
+                self.active -= 1
+        if self.b.spec and not self.b.per_request_metrics and prod.outcome == "ok":
+            with self.lock:
+                c = self.counters
+                c["drafts"] += steps
+                c["draft_tokens"] += steps * NUM_DRAFT
+                c["accepted"] += accepted
+                for k in sizes[1:]:
+                    for pos in range(min(k - 1, NUM_DRAFT)):
+                        c["per_pos"][pos] += 1
+
+    def _send_events(
+        self,
+        h: BaseHTTPRequestHandler,
+        api: str,
+        it: SuiteItem,
+        prod: Produced,
+        sizes: list[int],
+        fault: str | None,
+    ) -> None:
         time.sleep(self.b.first_delay + (30.0 if fault == "slow" else 0.0))
+        verified = 1 + NUM_DRAFT if self.b.spec else 1
         try:
             for i, ev in enumerate(self._events(api, it, prod, sizes)):
                 if i and self.b.step_delay:
-                    time.sleep(self.b.step_delay)
+                    load = 1.0 + self.b.batch_cost * self.active * verified
+                    time.sleep(self.b.step_delay * load)
                 if fault == "disconnect" and i == 2:
                     h.wfile.flush()
                     h.connection.shutdown(2)
@@ -248,16 +366,7 @@ class FakeServer:
             h.wfile.write(b"data: [DONE]\n\n")
             h.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
-            return
-        if self.b.spec and not self.b.per_request_metrics:
-            with self.lock:
-                c = self.counters
-                c["drafts"] += steps
-                c["draft_tokens"] += steps * NUM_DRAFT
-                c["accepted"] += accepted
-                for k in sizes[1:]:
-                    for pos in range(min(k - 1, NUM_DRAFT)):
-                        c["per_pos"][pos] += 1
+            prod.outcome = "client gone"
 
     def _events(
         self, api: str, it: SuiteItem, p: Produced, sizes: list[int]
@@ -279,7 +388,7 @@ class FakeServer:
                     "finish_reason": None,
                     "prompt_tokens": len(it.prompt_ids),
                     "completion_tokens": done,
-                    "cached_tokens": 0,
+                    "cached_tokens": p.cached,
                 }
                 if last:
                     meta["finish_reason"] = (
@@ -330,6 +439,7 @@ class FakeServer:
                     "prompt_tokens": len(it.prompt_ids),
                     "completion_tokens": p.n,
                     "total_tokens": len(it.prompt_ids) + p.n,
+                    "prompt_tokens_details": {"cached_tokens": p.cached},
                 },
             }
             if self.b.spec and self.b.per_request_metrics:
@@ -377,3 +487,38 @@ def _steps(n: int, a: float) -> list[int]:
         sizes.append(k)
         left -= k
     return sizes
+
+
+def multi_turn_items() -> list[SuiteItem]:
+    """Six items of two sources whose prompts are chats of one to three user turns (the suite
+    behind ``tests/data/aiperf_multi_turn``, made by ``scripts/make_aiperf_artifact.py``)."""
+    from distprompt.records import Provenance
+
+    items = []
+    for s, src in enumerate(("glaive", "sweagent")):
+        for i in range(3):
+            msgs: list[dict[str, Any]] = [{"role": "system", "content": f"You help with {src}."}]
+            for t in range(i + 1):
+                msgs.append({"role": "user", "content": f"{src} item {i} question {t}"})
+                if t < i:
+                    msgs.append({"role": "assistant", "content": f"answer {t} of item {i}"})
+            ids = tuple(1000 + 100 * s + 10 * i + k for k in range(12 + 5 * i))
+            items.append(
+                SuiteItem(
+                    id=f"{src}-mt{i}",
+                    source=src,
+                    prompt=" ".join(m["content"] for m in msgs),
+                    n_prompt_tokens=len(ids),
+                    n_response_tokens=24,
+                    max_tokens=16 + 4 * i,
+                    cluster=i,
+                    cluster_size=1,
+                    weight=float(1 + i),
+                    provenance=Provenance(f"{src}/tokenized_data.jsonl", i + 1, 100 * i),
+                    prompt_ids=ids,
+                    messages=tuple(msgs),
+                    fidelity="tokens",
+                    response="Plain prose." if i != 1 else "```python\nprint(1)\n```",
+                )
+            )
+    return items

@@ -40,6 +40,13 @@ from bench_server import NUM_DRAFT, Behaviour, FakeServer
 from conftest import REPO_ROOT
 
 ROWS = {"glaive": 900, "sweagent": 300}
+# recorded replies of each kind, item i gets REPLIES[i % 4]
+REPLIES = (
+    "<think>The user wants a sum.</think>It is 4.",
+    '<tool_call>{"name": "f", "arguments": {}}</tool_call>',
+    "```python\nprint(1)\n```",
+    "Paris is the capital of France.",
+)
 ACCEPT = {"glaive": 3.0, "sweagent": 1.5}
 
 
@@ -77,6 +84,7 @@ def make_suite(root: Path, sizes: dict[str, int] | None = None, *, seed: int = 0
                     tools=({"type": "function", "function": {"name": "f"}},) if i == 0 else None,
                     fidelity=fidelity,
                     chat_template_kwargs={"enable_thinking": False} if i == 3 else None,
+                    response=REPLIES[i % len(REPLIES)],
                 )
             )
     manifest = {"sources": {s: {"rows": ROWS.get(s, 100)} for s in sizes}}
@@ -196,6 +204,9 @@ def test_sglang_sends_exact_ids_and_reports_the_servers_figures(
         "summary.json",
         "summary.md",
         "summary.png",
+        "acceptance_by_position.png",
+        "acceptance_by_length.png",
+        "acceptance_by_kind.png",
     }
     lines = (out / "requests.jsonl").read_text().splitlines()
     assert len(lines) == len(res)

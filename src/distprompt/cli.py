@@ -370,6 +370,12 @@ class BenchAPI(str, Enum):
     openai_chat = "openai-chat"
 
 
+class BenchTraffic(str, Enum):
+    per_source = "per-source"
+    mixed = "mixed"
+    both = "both"
+
+
 def _int_list(text: str, opt: str) -> list[int]:
     from distprompt.errors import ConfigError
 
@@ -434,6 +440,26 @@ def bench_cmd(
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr.")
     ] = True,
+    traffic: Annotated[
+        BenchTraffic,
+        typer.Option(
+            help="per-source: a window per source; mixed: draws following the corpus mix, "
+            "all sources in flight at once (the headline); both."
+        ),
+    ] = BenchTraffic.per_source,
+    flush_cache: Annotated[
+        bool,
+        typer.Option(
+            "--flush-cache",
+            help="Empty the server's prefix cache before every window "
+            "(SGLang /flush_cache, vLLM /reset_prefix_cache).",
+        ),
+    ] = False,
+    mixed_requests: Annotated[
+        int | None,
+        typer.Option(help="Requests of a mixed window (default: the items sent).", min=1),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the mixed draws.")] = 0,
 ) -> None:
     """Replay a suite against a server: speed and speculative acceptance per source and cluster."""
     from distprompt import BenchInterrupted, bench
@@ -455,6 +481,10 @@ def bench_cmd(
             allow_inexact=allow_inexact,
             overwrite=overwrite,
             progress=progress and sys.stderr.isatty(),
+            traffic=traffic.value,
+            flush_cache=flush_cache,
+            mixed_requests=mixed_requests,
+            seed=seed,
         )
     except BenchInterrupted as exc:
         _state["interrupt_note"] = (
@@ -509,6 +539,14 @@ def bench_compare_cmd(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of markdown.")
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Compare runs that differ in suite, model, max_tokens, temperature, "
+            "ignore_eos or traffic (the differences are printed).",
+        ),
+    ] = False,
 ) -> None:
     """Speedup of run A over baseline B per source and concurrency, with 95% intervals."""
     from distprompt import BenchResults, bench_compare, render_bench_compare
@@ -517,7 +555,9 @@ def bench_compare_cmd(
     base = baseline or b
     if base is None or (baseline is not None and b is not None):
         raise ConfigError("bench-compare: expected a baseline as B or --baseline (one of them)")
-    cmp = bench_compare(BenchResults.load(a), BenchResults.load(base))
+    cmp = bench_compare(BenchResults.load(a), BenchResults.load(base), force=force)
+    if cmp["differences"]:
+        _warn("compared runs that differ in " + "; ".join(cmp["differences"]))
     if json_out:
         import orjson
 

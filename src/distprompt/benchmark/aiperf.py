@@ -17,8 +17,11 @@ figures — the server served them — without acceptance figures, which stay th
 
 Every source runs in one window in an AIPerf run (``meta["interleaved"]``): a source's request/s
 and tok/s are its share of the run's, and the corpus figures divide by the run's time, not the sum
-of the sources' windows. The header's URL, model and temperature come from
-``profile_export_aiperf.json`` (``input_config``) and the payloads of ``inputs.json``.
+of the sources' windows. The header's URL, model, temperature and the concurrency come from
+``profile_export_aiperf.json`` (``input_config``: ``endpoint.urls``, ``models.items[].name``,
+``endpoint.extra``, ``phases[].concurrency`` in 0.13.0, ``loadgen.concurrency`` before) and the
+payloads of ``inputs.json``. ``tests/data/aiperf_multi_turn`` is such a run, written by the real
+``aiperf`` 0.13.0 CLI (``scripts/make_aiperf_artifact.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from distprompt.benchmark.run import BenchResults, check_results_dir, source_shares
+from distprompt.benchmark.run import BenchResults, check_results_dir, reply_kind, source_shares
 from distprompt.errors import InputError, api_spelling
 from distprompt.records import SuiteItem
 from distprompt.write.formats import last_user_text, text_of
@@ -180,6 +183,7 @@ def import_aiperf(
         "temperature": setting.get("temperature"),
         "ignore_eos": setting.get("ignore_eos"),
         "interleaved": True,  # every source in one window: rates divide by the run's time
+        "traffic": "aiperf",
         "suite": str(suite),
         "aiperf_run": str(run),
         "items": len({row["id"] for row in out_rows}),
@@ -201,12 +205,18 @@ def import_aiperf(
 
 
 def _concurrency(run: Path) -> int | None:
+    """The run's concurrency: ``input_config.loadgen.concurrency`` (before 0.13), else the
+    profiling phase's ``input_config.phases[].concurrency`` (0.13.0)."""
     p = run / "profile_export_aiperf.json"
     if not p.is_file():
         return None
     try:
         cfg = orjson.loads(p.read_bytes()).get("input_config") or {}
         v = (cfg.get("loadgen") or {}).get("concurrency")
+        if not v:
+            phases = [x for x in cfg.get("phases") or () if isinstance(x, dict)]
+            prof = [x for x in phases if "profiling" in (x.get("kind"), x.get("name"))]
+            v = next((x.get("concurrency") for x in prof or phases if x.get("concurrency")), None)
         return int(v) if v else None
     except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
         return None
@@ -232,6 +242,11 @@ def _setting(run: Path, sessions: dict[str, list[Any]]) -> dict[str, Any]:
         if isinstance(endpoint, dict):
             out["url"] = _first(endpoint.get("urls")) or endpoint.get("url")
             out["model"] = _first(endpoint.get("model_names"))
+            extra = endpoint.get("extra")  # --extra-inputs, sent with every request
+            if isinstance(extra, dict):
+                for key in ("temperature", "ignore_eos"):
+                    if key in extra:
+                        out[key] = extra[key]
         models = cfg.get("models") or {}
         if not out.get("model") and isinstance(models, dict):
             named = _first(models.get("items"))
@@ -271,6 +286,8 @@ def _row(
         "weight": item.weight,
         "concurrency": c,
         "api": "aiperf",
+        "traffic": "aiperf",
+        "reply_kind": reply_kind(item),
         "n_prompt_tokens": item.n_prompt_tokens if turn == turns - 1 else None,
         "max_tokens": item.max_tokens if turn == turns - 1 else None,
         "turn": turn,

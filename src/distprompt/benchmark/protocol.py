@@ -13,7 +13,8 @@ the versions and files are recorded in ``docs/bench.md``):
                  ``spec_correct_drafts_histogram``.
 ``vllm``         ``POST /v1/completions`` with ``prompt`` = the token-id list, ``max_tokens``,
                  ``stream_options.include_usage``; the trailing usage event (empty ``choices``)
-                 carries ``usage.completion_tokens`` and, with
+                 carries ``usage.completion_tokens`` (and ``usage.prompt_tokens_details.
+                 cached_tokens`` with ``--enable-prompt-tokens-details``) and, with
                  ``--per-request-spec-decode-metrics``, ``metrics.speculative_decoding``.
 ``openai-chat``  ``POST /v1/chat/completions`` with the item's ``messages`` (+ ``tools``,
                  ``chat_template_kwargs``), for items whose chat turns re-render to the exact
@@ -247,6 +248,7 @@ class StreamReader:
     finish_reason: str | None = None
     finished: bool = False
     server_error: str | None = None
+    cached_tokens: int | None = None
 
     def feed(self, data: str, t: float) -> None:
         import orjson
@@ -284,6 +286,9 @@ class StreamReader:
             self._output_event(t)
         if n is not None:
             self.completion_tokens = n
+        cached = _int(meta, "cached_tokens")
+        if cached is not None:
+            self.cached_tokens = cached
         fr = meta.get("finish_reason")
         if fr is not None:
             self.finish_reason = str(fr.get("type") if isinstance(fr, dict) else fr)
@@ -315,6 +320,9 @@ class StreamReader:
         usage = ev.get("usage")
         if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
             self.completion_tokens = _int(usage, "completion_tokens")
+        details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+        if isinstance(details, dict) and details.get("cached_tokens") is not None:
+            self.cached_tokens = _int(details, "cached_tokens")
         self.spec = _vllm_spec(ev.get("metrics")) or self.spec
 
     @property

@@ -1,11 +1,18 @@
 """``distprompt bench``: replay a suite against a running server and record every request.
 
-The run goes concurrency level by level and, within a level, source by source: each
-(concurrency, source) *window* keeps up to ``c`` of that source's items in flight and ends when
-they are all answered. So a source's throughput at ``c`` is measured with only its own prompts in
-flight (as AIPerf's per-category runs do), and servers that keep only counters (vLLM without
-``--per-request-spec-decode-metrics``) are read before and after each window, which attributes
-their acceptance to the source.
+The run goes concurrency level by level. With ``traffic="per-source"`` (the default), within a
+level, source by source: each (concurrency, source) *window* keeps up to ``c`` of that source's
+items in flight and ends when they are all answered. So a source's throughput at ``c`` is
+measured with only its own prompts in flight (as AIPerf's per-category runs do), and servers that
+keep only counters (vLLM without ``--per-request-spec-decode-metrics``) are read before and after
+each window, which attributes their acceptance to the source. With ``traffic="mixed"`` a level is
+one window of requests drawn from the whole suite with probability ∝ the corpus weight
+(:func:`mixed_draws`): the interleaved traffic a server of the training mix sees; each request
+keeps its source and cluster. ``"both"`` runs the per-source windows, then the mixed one.
+
+Before the first request the server's limits are read where exposed (:func:`server_limits`) and
+the traps are warned about (:func:`preflight_warnings`); ``flush_cache`` empties the server's
+prefix cache before every window. Warnings go to the log and to ``meta["warnings"]``.
 
 Every finished request is appended to ``RESULTS_DIR/.requests.jsonl.partial`` as it completes;
 at the end (or on Ctrl-C, marked incomplete) the file is renamed to ``requests.jsonl`` and
@@ -18,11 +25,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import hashlib
 import logging
 import os
+import re
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -45,11 +54,17 @@ from distprompt.records import SuiteItem
 from distprompt.write.out_dir import atomic_write_lines
 
 __all__ = [
+    "FLUSH_PATHS",
     "REQUESTS_NAME",
+    "TRAFFIC",
     "BenchInterrupted",
     "BenchResults",
     "bench",
     "check_results_dir",
+    "mixed_draws",
+    "preflight_warnings",
+    "reply_kind",
+    "server_limits",
     "source_shares",
 ]
 
@@ -57,12 +72,95 @@ log = logging.getLogger("distprompt.bench")
 
 REQUESTS_NAME = "requests.jsonl"
 PARTIAL_NAME = ".requests.jsonl.partial"
+TRAFFIC = ("per-source", "mixed", "both")
+#: Where each API empties its prefix cache: SGLang ``POST /flush_cache``; vLLM
+#: ``POST /reset_prefix_cache`` (served only with ``VLLM_SERVER_DEV_MODE=1``).
+FLUSH_PATHS = {
+    "sglang": ("/flush_cache",),
+    "vllm": ("/reset_prefix_cache",),
+    "openai-chat": ("/reset_prefix_cache", "/flush_cache"),
+}
 
 
 @dataclass(frozen=True, slots=True)
 class _Job:
     item: SuiteItem
     concurrency: int
+    traffic: str = "per-source"
+    weight: float | None = None  # None: the item's weight
+
+
+_TOOL_MARKERS = ("<tool_call>", "<|tool_call", "[TOOL_CALLS]", "<｜tool▁call", "<function=")
+_CODE_LINE = re.compile(
+    r"^\s*(def |class |import |from \S+ import |#include|function |fn |public |package )", re.M
+)
+
+
+def reply_kind(item: SuiteItem) -> str:
+    """What the item's recorded reply is: ``tool call``, ``reasoning``, ``code``, ``prose``, or
+    ``unknown`` (no recorded reply), judged on its decoded text in that order of precedence: a
+    tool-call marker (``<tool_call>``, ``<|tool_call``, ``[TOOL_CALLS]``, …); a non-empty
+    ``<think>…</think>`` block; a code fence or a line opening like code; else prose.
+
+    Example:
+        >>> from distprompt.records import Provenance
+        >>> it = SuiteItem("a", "s", "p", 1, 1, 1, 0, 1, 1.0, Provenance("f", 1, 0), (1,),
+        ...                response="<think>hm</think>ok")
+        >>> reply_kind(it)
+        'reasoning'
+    """
+    text = item.response or ""
+    if not text.strip():
+        return "unknown"
+    if any(m in text for m in _TOOL_MARKERS):
+        return "tool call"
+    head, sep, rest = text.partition("</think>")
+    if sep:  # an empty thinking block (thinking switched off) is no reasoning
+        if head.replace("<think>", "").strip():
+            return "reasoning"
+        text = rest
+    if "```" in text or _CODE_LINE.search(text):
+        return "code"
+    return "prose"
+
+
+def mixed_draws(
+    items: Sequence[SuiteItem], shares: Mapping[str, float], n: int, *, seed: int = 0
+) -> list[SuiteItem]:
+    """``n`` items drawn with replacement, in the order drawn, each with probability
+    ``share_s · w_i / Σ_{j∈s} w_j``: traffic that follows the corpus mix.
+
+    Each draw then counts once (weight 1) in the ratios of sums, which estimate the same
+    ``Σ w'·num / Σ w'·den`` as the per-source windows' item weights do.
+
+    Example:
+        >>> from distprompt.records import Provenance
+        >>> mk = lambda i, s: SuiteItem(i, s, "p", 1, 1, 1, 0, 1, 1.0, Provenance("f", 1, 0), (1,))
+        >>> d = mixed_draws([mk("a", "x"), mk("b", "y")], {"x": 0.9, "y": 0.1}, 1000)
+        >>> 850 < sum(it.source == "x" for it in d) < 950
+        True
+    """
+    import numpy as np
+
+    if not items or n <= 0:
+        return []
+    tot: dict[str, float] = {}
+    for it in items:
+        tot[it.source] = tot.get(it.source, 0.0) + max(it.weight, 0.0)
+    count = Counter(it.source for it in items)
+    p = np.asarray(
+        [
+            shares.get(it.source, 0.0)
+            * (max(it.weight, 0.0) / tot[it.source] if tot[it.source] > 0 else 1 / count[it.source])
+            for it in items
+        ],
+        dtype=float,
+    )
+    if not p.sum() > 0:
+        p = np.ones(len(items))
+    rng = np.random.default_rng(seed)
+    idx = rng.choice(len(items), size=n, replace=True, p=p / p.sum())
+    return [items[int(i)] for i in idx]
 
 
 class BenchResults:
@@ -317,10 +415,14 @@ async def _request(run: _Run, job: _Job) -> dict[str, Any]:
         "id": it.id,
         "source": it.source,
         "cluster": it.cluster,
-        "weight": it.weight,
+        "weight": it.weight if job.weight is None else job.weight,
+        "item_weight": it.weight,
+        "traffic": job.traffic,
+        "reply_kind": reply_kind(it),
         "concurrency": job.concurrency,
         "api": run.api,
         "n_prompt_tokens": it.n_prompt_tokens,
+        "cached_tokens": reader.cached_tokens if kind is None else None,
         "max_tokens": it.max_tokens,
         "start": start - run.t0,
         "end": end - run.t0,
@@ -404,33 +506,252 @@ def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def server_limits(
+    server_info: Mapping[str, Any] | None, models: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The limits a server exposes, from SGLang's ``/server_info`` (``/get_server_info``) and the
+    OpenAI ``/v1/models`` (vLLM's ``max_model_len``); keys absent where nothing says.
+
+    Returns:
+        ``max_running_requests`` (SGLang's effective cap: ``internal_states[].
+        effective_max_running_requests_per_dp`` × ``dp_size``, else the ``max_running_requests``
+        argument), ``context_length`` (SGLang ``context_length``, vLLM ``max_model_len``),
+        ``speculative`` (SGLang ``speculative_algorithm``, ``speculative_num_steps``,
+        ``speculative_num_draft_tokens``, ``speculative_eagle_topk``) and ``from`` (the fields
+        read).
+
+    Example:
+        >>> server_limits(None, {"data": [{"id": "m", "max_model_len": 4096}]})
+        {'context_length': 4096, 'from': ['/v1/models max_model_len']}
+    """
+    out: dict[str, Any] = {}
+    read: list[str] = []
+    info = server_info if isinstance(server_info, Mapping) else {}
+    states = info.get("internal_states")
+    caps: list[int] = []
+    for st in states if isinstance(states, list) else []:
+        v = st.get("effective_max_running_requests_per_dp") if isinstance(st, Mapping) else None
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            caps.append(int(v))
+    if caps:
+        dp = info.get("dp_size")
+        out["max_running_requests"] = min(caps) * (int(dp) if isinstance(dp, int) and dp else 1)
+        read.append("server_info internal_states.effective_max_running_requests_per_dp")
+    elif isinstance(info.get("max_running_requests"), int):
+        out["max_running_requests"] = int(info["max_running_requests"])
+        read.append("server_info max_running_requests")
+    if isinstance(info.get("context_length"), int):
+        out["context_length"] = int(info["context_length"])
+        read.append("server_info context_length")
+    spec = {
+        k.removeprefix("speculative_"): info[k]
+        for k in (
+            "speculative_algorithm",
+            "speculative_num_steps",
+            "speculative_num_draft_tokens",
+            "speculative_eagle_topk",
+        )
+        if info.get(k) is not None
+    }
+    if spec:
+        out["speculative"] = spec
+    data = models.get("data") if isinstance(models, Mapping) else None
+    if "context_length" not in out and isinstance(data, list) and data:
+        first = data[0]
+        if isinstance(first, Mapping) and isinstance(first.get("max_model_len"), int):
+            out["context_length"] = int(first["max_model_len"])
+            read.append("/v1/models max_model_len")
+    if read:
+        out["from"] = read
+    return out
+
+
+def preflight_warnings(
+    items: Sequence[SuiteItem],
+    levels: Sequence[int],
+    limits: Mapping[str, Any],
+    *,
+    flush_cache: bool,
+    passes: int,
+    repeats: int = 0,
+) -> list[str]:
+    """The traps of a run, said before its first request: a concurrency level above the
+    server's running-request cap, items that do not fit its context, a replay without flushing.
+
+    Args:
+        items: The items to send.
+        levels: Concurrency levels.
+        limits: :func:`server_limits` of the server.
+        flush_cache: Whether the prefix cache is flushed before every window.
+        passes: How many times the run sends the suite (levels × traffic modes).
+        repeats: Draws of a mixed window that repeat an item drawn earlier in it.
+    """
+    out = []
+    cap = limits.get("max_running_requests")
+    if cap is not None:
+        over = [c for c in levels if c > cap]
+        if over:
+            out.append(
+                f"concurrency {', '.join(map(str, over))} above the server's "
+                f"max_running_requests {cap}: at most {cap} requests run at once and the rest "
+                "queue, so these levels measure queueing, not that many concurrent requests "
+                "(SGLang lowers max_running_requests on speculative servers unless "
+                "--max-running-requests is given)"
+            )
+    ctx = limits.get("context_length")
+    if ctx is not None:
+        long = [it for it in items if it.n_prompt_tokens + it.max_tokens > ctx]
+        if long:
+            out.append(
+                f"{len(long)} items need more than the server's context length {ctx} "
+                f"(prompt + max_tokens), e.g. {', '.join(it.id for it in long[:3])}: the server "
+                "refuses or cuts them; serve a longer context or leave their sources out"
+            )
+    if cap is None and ctx is None:
+        out.append(
+            "the server exposes no limits (no /server_info, no max_model_len in /v1/models): "
+            "concurrency and context length were not checked against it"
+        )
+    if repeats:
+        out.append(
+            f"{repeats} requests of each mixed window repeat an item drawn earlier in it (draws "
+            "with replacement): their prompts may come from the prefix cache even with "
+            "--flush-cache (see prompt_cached_fraction); fewer --mixed-requests repeat less"
+        )
+    if not flush_cache and passes > 1:
+        out.append(
+            f"the suite is sent {passes} times to the same server without --flush-cache: from "
+            "the second pass on its prompts may come from the prefix cache (shorter TTFT, more "
+            "throughput than fresh traffic); pass --flush-cache"
+        )
+    return out
+
+
+async def _json(client: Any, path: str) -> Any:
+    got = await _get(client, path)
+    if got is None or got[0] != 200:
+        return None
+    try:
+        return orjson.loads(got[1])
+    except orjson.JSONDecodeError:
+        return None
+
+
+async def _read_limits(client: Any) -> dict[str, Any]:
+    info = None
+    for path in ("/server_info", "/get_server_info"):  # SGLang renamed it; both still answer
+        info = await _json(client, path)
+        if isinstance(info, dict):
+            break
+    return server_limits(info, await _json(client, "/v1/models"))
+
+
+async def _flush(client: Any, api: str) -> tuple[str, int | None]:
+    """POST the API's prefix-cache flush; the path tried last and its status (None: no answer)."""
+    import httpx
+
+    path, status = FLUSH_PATHS[api][0], None
+    for path in FLUSH_PATHS[api]:
+        try:
+            r = await client.post(path)
+        except httpx.HTTPError:
+            status = None
+            continue
+        status = r.status_code
+        if status == 200:
+            break
+    return path, status
+
+
+def _suite_fingerprint(items: Sequence[SuiteItem]) -> str:
+    h = hashlib.sha256()
+    for it in sorted(items, key=lambda x: x.id):
+        h.update(f"{it.id}\t{it.max_tokens}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def _passes(
+    items: Sequence[SuiteItem],
+    traffic: str,
+    levels: Sequence[int],
+    shares: Mapping[str, float],
+    n_mixed: int,
+    seed: int,
+) -> list[tuple[int, str, str, list[_Job]]]:
+    """The windows of the run in order: ``(concurrency, traffic, source or "*", jobs)``."""
+    out = []
+    sources = sorted({it.source for it in items})
+    for c in levels:
+        if traffic in ("per-source", "both"):
+            for src in sources:
+                out.append(
+                    (c, "per-source", src, [_Job(it, c) for it in items if it.source == src])
+                )
+        if traffic in ("mixed", "both"):
+            # the same draws at every level (and in every run of the suite with this seed), so
+            # levels and runs compare like with like
+            draws = mixed_draws(items, shares, n_mixed, seed=seed)
+            out.append((c, "mixed", "*", [_Job(it, c, "mixed", 1.0) for it in draws]))
+    return out
+
+
 async def _run_all(
     run: _Run,
     url: str,
-    items: Sequence[SuiteItem],
-    levels: Sequence[int],
+    windows_plan: Sequence[tuple[int, str, str, list[_Job]]],
     windows: list[dict[str, Any]],
     meta: dict[str, Any],
+    *,
+    flush_cache: bool,
+    checks: Callable[[dict[str, Any]], list[str]],
 ) -> None:
     run.model = await _preflight(run.client, url, run.api, run.model)
     meta["model"] = run.model
+    limits = await _read_limits(run.client)
+    meta["server_limits"] = limits
+    for w in checks(limits):
+        log.warning("%s", w)
+        meta["warnings"].append(w)
     use_counters = await _counters(run.client) is not None
     meta["spec_counters"] = use_counters
-    sources = sorted({it.source for it in items})
-    for c in levels:
-        for src in sources:
-            jobs = [_Job(it, c) for it in items if it.source == src]
-            before = await _counters(run.client) if use_counters else None
-            n0 = len(run.records)
-            await _window(run, jobs, c)
-            new = run.records[n0:]
-            if before is not None:
-                after = await _counters(run.client)
-                if after is not None:
-                    windows.append({"source": src, "concurrency": c, **_delta(before, after)})
-            if new and all(r["error_kind"] == "connect" for r in new):
-                meta["stopped"] = f"server unreachable during concurrency {c}, source {src}"
-                return
+    flushes: Counter[str] = Counter()
+    for c, traffic, src, jobs in windows_plan:
+        if flush_cache:
+            path, status = await _flush(run.client, run.api)
+            flushes[f"{path} -> {status}"] += 1
+            if status != 200 and flushes[f"{path} -> {status}"] == 1:
+                w = (
+                    f"--flush-cache: POST {path} answered {status or 'nothing'}; the prefix "
+                    "cache was not emptied (vLLM serves it only with VLLM_SERVER_DEV_MODE=1)"
+                )
+                log.warning("%s", w)
+                meta["warnings"].append(w)
+        before = await _counters(run.client) if use_counters else None
+        n0 = len(run.records)
+        await _window(run, jobs, c)
+        new = run.records[n0:]
+        if before is not None:
+            after = await _counters(run.client)
+            if after is not None:
+                windows.append(
+                    {"source": src, "concurrency": c, "traffic": traffic, **_delta(before, after)}
+                )
+        if n0 == 0 and not flush_cache:
+            cached = sum(r.get("cached_tokens") or 0 for r in new)
+            if cached > 0:
+                w = (
+                    f"the first window already found {cached} prompt tokens in the server's "
+                    "prefix cache: it has served these prompts before (an earlier replay of the "
+                    "suite?); its figures are not those of fresh traffic; pass --flush-cache"
+                )
+                log.warning("%s", w)
+                meta["warnings"].append(w)
+        if new and all(r["error_kind"] == "connect" for r in new):
+            where = f"source {src}" if traffic == "per-source" else "mixed traffic"
+            meta["stopped"] = f"server unreachable during concurrency {c}, {where}"
+            return
+    if flush_cache:
+        meta["flushes"] = dict(sorted(flushes.items()))
 
 
 def _levels(concurrency: Sequence[int]) -> list[int]:
@@ -460,6 +781,10 @@ def bench(
     allow_inexact: bool = False,
     overwrite: bool = False,
     progress: bool = False,
+    traffic: str = "per-source",
+    flush_cache: bool = False,
+    mixed_requests: int | None = None,
+    seed: int = 0,
 ) -> BenchResults:
     """Replay a suite against a server and measure speed and speculative acceptance.
 
@@ -482,6 +807,12 @@ def bench(
         allow_inexact: ``openai-chat`` also sends items of fidelity ``text``.
         overwrite: Replace a previous result in ``out``.
         progress: Progress bar on stderr with the live output throughput.
+        traffic: ``per-source`` (a window per source and level), ``mixed`` (a window per level
+            of draws that follow the corpus mix, :func:`mixed_draws`) or ``both``.
+        flush_cache: Empty the server's prefix cache before every window (SGLang
+            ``/flush_cache``, vLLM ``/reset_prefix_cache``).
+        mixed_requests: Requests of a mixed window (default: the number of items sent).
+        seed: Seed of the mixed draws.
 
     Returns:
         The results; ``.complete`` is False when interrupted or stopped early.
@@ -502,6 +833,10 @@ def bench(
     if timeout <= 0:
         raise ConfigError(f"--timeout: expected a positive number of seconds, found {timeout}")
     levels = _levels(concurrency)
+    if traffic not in TRAFFIC:
+        raise ConfigError(f"--traffic: expected one of {', '.join(TRAFFIC)}, found {traffic!r}")
+    if mixed_requests is not None and mixed_requests < 1:
+        raise ConfigError(f"--mixed-requests: expected a positive count, found {mixed_requests}")
     if not url.startswith(("http://", "https://")):
         raise ConfigError(f"--url: expected http://HOST:PORT, found {url!r}")
     out_path = Path(out) if out is not None else None
@@ -524,6 +859,18 @@ def bench(
             ", ".join(f"{v} ({k})" for k, v in skipped.items()),
         )
     srcs = sorted({it.source for it in items})
+    shares = source_shares(s.manifest, srcs)
+    n_mixed = mixed_requests or len(items)
+    plan = _passes(items, traffic, levels, shares, n_mixed, seed)
+    passes = len(levels) * (2 if traffic == "both" else 1)
+    mixed = next((p[3] for p in plan if p[1] == "mixed"), [])
+    repeats = len(mixed) - len({j.item.id for j in mixed})
+
+    def checks(limits: dict[str, Any]) -> list[str]:
+        return preflight_warnings(
+            items, levels, limits, flush_cache=flush_cache, passes=passes, repeats=repeats
+        )
+
     meta: dict[str, Any] = {
         "label": label or api,
         "api": api,
@@ -532,11 +879,18 @@ def bench(
         "suite_items": len(s.items),
         "items": len(items),
         "sources": srcs,
-        "shares": source_shares(s.manifest, srcs),
+        "suite_fingerprint": _suite_fingerprint(items),
+        "shares": shares,
         "shares_from": "manifest rows"
         if any((s.manifest.get("sources", {}).get(x) or {}).get("rows") for x in srcs)
         else "equal (manifest has no row counts)",
         "concurrency": levels,
+        "traffic": traffic,
+        "mixed_requests": n_mixed if traffic != "per-source" else None,
+        "mixed_repeats": repeats if traffic != "per-source" else None,
+        "seed": seed,
+        "flush_cache": flush_cache,
+        "warnings": [],
         "ignore_eos": ignore_eos,
         "temperature": temperature,
         "timeout": timeout,
@@ -556,7 +910,7 @@ def bench(
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(items) * len(levels), unit="req", desc="bench", leave=True)
+        bar = tqdm(total=sum(len(p[3]) for p in plan), unit="req", desc="bench", leave=True)
     run = _Run(
         client=None,
         api=api,
@@ -580,7 +934,7 @@ def bench(
             base_url=url, timeout=httpx.Timeout(timeout, connect=min(timeout, 30.0)), limits=limits
         ) as client:
             run.client = client
-            await _run_all(run, url, items, levels, windows, meta)
+            await _run_all(run, url, plan, windows, meta, flush_cache=flush_cache, checks=checks)
 
     interrupted: BaseException | None = None
     try:

@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from distprompt.benchmark.profile import acceptance_profiles, advice, request_parts
+
 __all__ = [
     "BOOTSTRAP",
     "MIN_CLUSTER_REQUESTS",
@@ -42,7 +44,9 @@ __all__ = [
     "compare",
     "corpus_estimate",
     "request_parts",
+    "settings_differences",
     "summarize",
+    "traffics",
 ]
 
 BOOTSTRAP = 2000
@@ -68,41 +72,6 @@ def _wmean(values: np.ndarray, weights: np.ndarray) -> float:
 
 def _ok(r: dict[str, Any]) -> bool:
     return r.get("error_kind") is None
-
-
-def request_parts(r: Mapping[str, Any], fig: str) -> tuple[float, float, bool] | None:
-    """Numerator and denominator of one request's ``fig`` as the server sums them.
-
-    ``accept_length``: ``(accept_length × steps, steps)`` — SGLang's completion tokens or vLLM's
-    steps + accepted drafts over the verify steps. ``accept_rate``: ``(accepted, drafted)``.
-    When the server did not report the denominator, it is estimated (steps = output tokens /
-    accepted length; drafts ∝ steps, else 1) and the third value is True.
-
-    Returns:
-        ``(num, den, estimated)``, or None when the request has no such figure.
-
-    Example:
-        >>> request_parts({"accept_length": 2.5, "spec_steps": 4}, "accept_length")
-        (10.0, 4.0, False)
-    """
-    if fig == "accept_length":
-        v = r.get("accept_length")
-        if v is None:
-            return None
-        steps = r.get("spec_steps")
-        if steps:
-            return float(v) * steps, float(steps), False
-        out = r.get("output_tokens") or 0
-        den = out / float(v) if out and v > 0 else 1.0
-        return float(v) * den, den, True
-    acc, drafted = r.get("spec_accepted"), r.get("spec_drafted")
-    if acc is not None and drafted:
-        return float(acc), float(drafted), False
-    v = r.get("accept_rate")
-    if v is None:
-        return None
-    den = float(r.get("spec_steps") or 1.0)  # a server proposes a fixed number of drafts a step
-    return float(v) * den, den, True
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +202,7 @@ def _window_figures(reqs: list[dict[str, Any]]) -> dict[str, Any]:
     ttft = [r["ttft"] for r in ok if r.get("ttft") is not None]
     itl = [x for r in ok for x in r.get("itl") or ()]
     busy = sum(r["end"] - r["start"] for r in reqs)
+    cached = [r for r in ok if r.get("cached_tokens") is not None and r.get("n_prompt_tokens")]
     out: dict[str, Any] = {
         "requests": len(reqs),
         "ok": len(ok),
@@ -242,6 +212,11 @@ def _window_figures(reqs: list[dict[str, Any]]) -> dict[str, Any]:
         "output_tok_s": toks / dur if dur > 0 else None,
         "req_s": len(ok) / dur if dur > 0 else None,
         "mean_in_flight": busy / dur if dur > 0 else None,
+        "prompt_cached_fraction": (
+            sum(r["cached_tokens"] for r in cached) / sum(r["n_prompt_tokens"] for r in cached)
+            if cached
+            else None
+        ),
     }
     for q in (50, 90, 99):
         out[f"ttft_p{q}_ms"] = _ms(_pct(ttft, q))
@@ -316,17 +291,28 @@ def _counters_estimate(
     }
 
 
-def summarize(
+def _traffic(r: Mapping[str, Any]) -> str:
+    return str(r.get("traffic") or "per-source")
+
+
+def traffics(requests: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The traffic modes present, the headline (``mixed`` when it ran) first."""
+    present = {_traffic(r) for r in requests}
+    return [t for t in ("mixed", "per-source") if t in present] + sorted(
+        present - {"mixed", "per-source"}
+    )
+
+
+def _view(
     requests: Sequence[dict[str, Any]],
     windows: Sequence[dict[str, Any]],
-    meta: dict[str, Any],
+    shares: dict[str, float],
     *,
-    n_boot: int = BOOTSTRAP,
-    seed: int = SEED,
-    min_cluster_requests: int = MIN_CLUSTER_REQUESTS,
-) -> dict[str, Any]:
-    """Every figure of ``summary.json`` from the request records (see the module docstring)."""
-    shares: dict[str, float] = meta.get("shares", {})
+    interleaved: bool,
+    n_boot: int,
+    seed: int,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``by_source`` rows and ``corpus`` entries of one traffic mode."""
     by_win: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for r in requests:
         by_win[(r["source"], int(r["concurrency"]))].append(r)
@@ -342,9 +328,10 @@ def summarize(
         entry: dict[str, Any] = {"concurrency": c}
         reqs_c = [r for (s, cc), rs in by_win.items() if cc == c for r in rs]
         entry.update(_window_figures(reqs_c) if reqs_c else {})
-        if not meta.get("interleaved"):
+        if not interleaved:
             # the level's duration is the sum of its source windows (they run one after
-            # another); in an interleaved run (AIPerf: every source at once) it is its own span
+            # another); in an interleaved run (mixed traffic, AIPerf: every source at once) it
+            # is its own span
             dur = sum(row["duration_s"] for row in rows if row["concurrency"] == c)
             toks = sum(row["output_tokens"] for row in rows if row["concurrency"] == c)
             oks = sum(row["ok"] for row in rows if row["concurrency"] == c)
@@ -355,6 +342,16 @@ def summarize(
         for name in _FIGS:
             per_source = {s: RatioParts.of(rs, name) for (s, cc), rs in by_win.items() if cc == c}
             est = corpus_estimate(per_source, shares, n_boot=n_boot, seed=seed)
+            if est is None and ("*", c) in counters:  # a mixed window's counters: the mix itself
+                cp = _counter_parts(counters[("*", c)])[name]
+                if cp is not None:
+                    est = {
+                        "estimate": cp[0] / cp[1],
+                        "ci_low": None,
+                        "ci_high": None,
+                        "sources": None,
+                        "n": None,
+                    }
             if est is None:  # counters only
                 wins = {
                     s: (counters[(s, c)], sum(1 for r in rs if _ok(r)))
@@ -364,16 +361,58 @@ def summarize(
                 est = _counters_estimate(wins, name, shares)
             entry[name] = est
         corpus.append(entry)
-    clusters = _clusters(requests, min_cluster_requests)
+    return rows, corpus
+
+
+def summarize(
+    requests: Sequence[dict[str, Any]],
+    windows: Sequence[dict[str, Any]],
+    meta: dict[str, Any],
+    *,
+    n_boot: int = BOOTSTRAP,
+    seed: int = SEED,
+    min_cluster_requests: int = MIN_CLUSTER_REQUESTS,
+) -> dict[str, Any]:
+    """Every figure of ``summary.json`` from the request records (see the module docstring).
+
+    Each traffic mode that ran gets its own ``by_source`` rows and ``corpus`` entries (tagged
+    ``traffic``); ``headline`` names the mode whose corpus estimate leads (``mixed`` when it
+    ran: the traffic a server of the training mix sees), and its entries come first.
+    """
+    shares: dict[str, float] = meta.get("shares", {})
+    modes = traffics(requests) or ["per-source"]
+    rows: list[dict[str, Any]] = []
+    corpus: list[dict[str, Any]] = []
+    for t in modes:
+        r_t = [r for r in requests if _traffic(r) == t]
+        w_t = [w for w in windows if _traffic(w) == t]
+        vr, vc = _view(
+            r_t,
+            w_t,
+            shares,
+            interleaved=bool(meta.get("interleaved")) or t == "mixed",
+            n_boot=n_boot,
+            seed=seed,
+        )
+        rows += [{"traffic": t, **x} for x in vr]
+        corpus += [{"traffic": t, **x} for x in vc]
+    head = [r for r in requests if _traffic(r) == modes[0]]
+    clusters = _clusters(head, min_cluster_requests)  # one mode: weights mean one thing
     errors = Counter(r["error_kind"] for r in requests if not _ok(r))
     return {
         "meta": meta,
         "requests": len(requests),
         "ok": sum(1 for r in requests if _ok(r)),
         "errors": dict(sorted(errors.items())),
+        "headline": modes[0],
+        "traffics": modes,
+        "warnings": list(meta.get("warnings") or ()),
         "by_source": rows,
         "corpus": corpus,
         "clusters": clusters,
+        "profiles": acceptance_profiles(
+            head, [w for w in windows if _traffic(w) == modes[0]], shares
+        ),
         "windows": list(windows),
         "method": {
             "bootstrap": n_boot,
@@ -440,40 +479,94 @@ def _speed(tokens: Any, seconds: Any) -> Any:
     return np.where(seconds > 0, tokens / np.where(seconds > 0, seconds, 1.0), 0.0)
 
 
+def settings_differences(a: Any, b: Any) -> list[str]:
+    """What makes two runs not comparable: suite, model, max_tokens, temperature, ignore_eos
+    or traffic mode, each as ``name (A vs B)``; empty when they agree.
+
+    The suite is compared by its fingerprint (the items sent and their ``max_tokens``) when both
+    runs have one, else by the item ids of their requests; ``max_tokens`` per item id.
+    """
+    out = []
+    ma, mb = a.meta, b.meta
+    fa, fb = ma.get("suite_fingerprint"), mb.get("suite_fingerprint")
+    ids_a = {r["id"] for r in a.requests}
+    ids_b = {r["id"] for r in b.requests}
+    if (fa and fb and fa != fb) or (not (fa and fb) and ids_a != ids_b):
+        out.append(
+            f"suite ({ma.get('suite')} [{fa or len(ids_a)}] vs {mb.get('suite')} "
+            f"[{fb or len(ids_b)}])"
+        )
+    if ma.get("model") != mb.get("model"):
+        out.append(f"model ({ma.get('model')} vs {mb.get('model')})")
+    mt_a = {r["id"]: r.get("max_tokens") for r in a.requests if r.get("max_tokens") is not None}
+    mt_b = {r["id"]: r.get("max_tokens") for r in b.requests if r.get("max_tokens") is not None}
+    diff = sorted(i for i in set(mt_a) & set(mt_b) if mt_a[i] != mt_b[i])
+    if diff:
+        out.append(
+            f"max_tokens ({len(diff)} items, e.g. {diff[0]}: {mt_a[diff[0]]} vs {mt_b[diff[0]]})"
+        )
+    for key in ("temperature", "ignore_eos"):
+        if ma.get(key) != mb.get(key):
+            out.append(f"{key} ({ma.get(key)} vs {mb.get(key)})")
+    ta, tb = ma.get("traffic", "per-source"), mb.get("traffic", "per-source")
+    if ta != tb:
+        out.append(f"traffic ({ta} vs {tb})")
+    return out
+
+
 def compare(
     a: Any,
     b: Any,
     *,
     n_boot: int = BOOTSTRAP,
     seed: int = SEED,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Speedup of run ``a`` over baseline ``b`` (output tok/s ratio) per source × concurrency,
-    the corpus speedup per concurrency, and where speculation stops paying.
+    the corpus speedup per concurrency, where speculation stops paying, and the draft-length
+    advice derived from ``a``'s acceptance by position and these speedups.
 
-    The corpus speedup is the ratio of the two runs' server-equivalent throughputs: each run's
-    output tokens per request over its seconds per request, each summed over the sources
-    weighted by their shares of the corpus rows — the tok/s of serving the corpus's mix.
+    The corpus speedup of per-source windows is the ratio of the two runs' server-equivalent
+    throughputs: each run's output tokens per request over its seconds per request, each summed
+    over the sources weighted by their shares of the corpus rows — the tok/s of serving the
+    corpus's mix. Of mixed traffic it is the ratio of the mixed windows' own tok/s (the mix was
+    served). Each traffic mode both runs have gets its rows (tagged ``traffic``); the headline
+    (mixed when both ran it) leads and gives ``stops_paying`` and the advice.
 
     Args:
         a, b: :class:`~distprompt.benchmark.run.BenchResults` (``a`` the speculative server).
+        force: Compare even when :func:`settings_differences` finds differences (they are kept
+            in ``differences``).
 
     Returns:
-        ``{"a", "b", "rows", "corpus", "stops_paying"}``; every speedup with a 95% bootstrap
-        interval (requests resampled within each window of both runs).
+        ``{"a", "b", "differences", "headline", "rows", "corpus", "stops_paying", "advice"}``;
+        every speedup with a 95% bootstrap interval (requests resampled within each window of
+        both runs).
+
+    Raises:
+        ConfigError: The runs differ in a setting and ``force`` is not set.
     """
+    from distprompt.errors import ConfigError
+
+    diffs = settings_differences(a, b)
+    if diffs and not force:
+        raise ConfigError(
+            f"bench-compare: expected two runs of the same settings, found different "
+            f"{'; '.join(diffs)}; rerun one of them alike, or pass --force to compare anyway"
+        )
     rng = np.random.default_rng(seed)
 
-    def windows(res: Any) -> dict[tuple[str, int], list[dict[str, Any]]]:
-        out: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    def windows(res: Any) -> dict[tuple[str, str, int], list[dict[str, Any]]]:
+        out: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
         for r in res.requests:
-            out[(r["source"], int(r["concurrency"]))].append(r)
+            out[(_traffic(r), r["source"], int(r["concurrency"]))].append(r)
         return out
 
     wa, wb = windows(a), windows(b)
-    keys = sorted(set(wa) & set(wb), key=lambda k: (k[1], k[0]))
+    keys = sorted(set(wa) & set(wb), key=lambda k: (k[0] != "mixed", k[2], k[1]))
     shares = a.meta.get("shares") or b.meta.get("shares") or {}
     rows = []
-    boots: dict[tuple[str, int], tuple[_WindowBoot, _WindowBoot]] = {}
+    boots: dict[tuple[str, str, int], tuple[_WindowBoot, _WindowBoot]] = {}
     for k in keys:
         ba, bb = _window_boot(wa[k], rng, n_boot), _window_boot(wb[k], rng, n_boot)
         pa, pb = float(_speed(ba.tokens, ba.seconds)), float(_speed(bb.tokens, bb.seconds))
@@ -486,8 +579,9 @@ def compare(
         )
         rows.append(
             {
-                "source": k[0],
-                "concurrency": k[1],
+                "traffic": k[0],
+                "source": k[1],
+                "concurrency": k[2],
                 "tok_s_a": pa,
                 "tok_s_b": pb,
                 "speedup": pa / pb,
@@ -495,42 +589,78 @@ def compare(
                 "ci_high": float(hi),
             }
         )
-    corpus = []
-    for c in sorted({k[1] for k in boots}):
-        srcs = sorted(s for s, cc in boots if cc == c and shares.get(s, 0) > 0)
-        if not srcs:
-            continue
-        sums = {}
-        for side in (0, 1):
-            wins = [(shares[s], boots[(s, c)][side]) for s in srcs]
-            sums[side] = (
-                sum(sh * w.tokens for sh, w in wins),
-                sum(sh * w.seconds for sh, w in wins),
-                sum(sh * w.boot_tokens for sh, w in wins),
-                sum(sh * w.boot_seconds for sh, w in wins),
-            )
-        ta, tb = _speed(sums[0][0], sums[0][1]), _speed(sums[1][0], sums[1][1])
-        if not tb > 0:
-            continue
-        boot_a, boot_b = _speed(sums[0][2], sums[0][3]), _speed(sums[1][2], sums[1][3])
-        ratio = np.where(boot_b > 0, boot_a / np.where(boot_b > 0, boot_b, 1.0), np.nan)
-        lo, hi = np.nanpercentile(ratio, [2.5, 97.5])
-        corpus.append(
-            {
-                "concurrency": c,
-                "speedup": float(ta / tb),
-                "tok_s_a": float(ta),
-                "tok_s_b": float(tb),
-                "ci_low": float(lo),
-                "ci_high": float(hi),
+    corpus: list[dict[str, Any]] = []
+    modes = [t for t in ("mixed", "per-source") if any(k[0] == t for k in keys)]
+    for t in modes:
+        for c in sorted({k[2] for k in keys if k[0] == t}):
+            if t == "mixed":
+                whole_a = [r for (tt, _, cc), rs in wa.items() if tt == t and cc == c for r in rs]
+                whole_b = [r for (tt, _, cc), rs in wb.items() if tt == t and cc == c for r in rs]
+                wins = {
+                    0: [(1.0, _window_boot(whole_a, rng, n_boot))],
+                    1: [(1.0, _window_boot(whole_b, rng, n_boot))],
+                }
+            else:
+                srcs = sorted(
+                    s for tt, s, cc in boots if tt == t and cc == c and shares.get(s, 0) > 0
+                )
+                if not srcs:
+                    continue
+                wins = {
+                    side: [(shares[s], boots[(t, s, c)][side]) for s in srcs] for side in (0, 1)
+                }
+            sums = {
+                side: (
+                    sum(sh * w.tokens for sh, w in wins[side]),
+                    sum(sh * w.seconds for sh, w in wins[side]),
+                    sum(sh * w.boot_tokens for sh, w in wins[side]),
+                    sum(sh * w.boot_seconds for sh, w in wins[side]),
+                )
+                for side in (0, 1)
             }
-        )
+            ta, tb = _speed(sums[0][0], sums[0][1]), _speed(sums[1][0], sums[1][1])
+            if not tb > 0:
+                continue
+            boot_a, boot_b = _speed(sums[0][2], sums[0][3]), _speed(sums[1][2], sums[1][3])
+            ratio = np.where(boot_b > 0, boot_a / np.where(boot_b > 0, boot_b, 1.0), np.nan)
+            lo, hi = np.nanpercentile(ratio, [2.5, 97.5])
+            corpus.append(
+                {
+                    "traffic": t,
+                    "concurrency": c,
+                    "speedup": float(ta / tb),
+                    "tok_s_a": float(ta),
+                    "tok_s_b": float(tb),
+                    "ci_low": float(lo),
+                    "ci_high": float(hi),
+                }
+            )
+    head = modes[0] if modes else "per-source"
+    stops = _stops_paying(
+        [r for r in rows if r["traffic"] == head], [c for c in corpus if c["traffic"] == head]
+    )
+    pos = next(
+        (
+            r["accepted"]
+            for r in (a.summary.get("profiles") or {}).get("by_position", {}).get("rows", [])
+            if r["source"] == "corpus"
+        ),
+        None,
+    )
+    adv = advice(
+        pos or [],
+        [(c["concurrency"], c["speedup"]) for c in corpus if c["traffic"] == head],
+        label=a.meta.get("label"),
+    )
     return {
         "a": a.meta.get("label"),
         "b": b.meta.get("label"),
+        "differences": diffs,
+        "headline": head,
         "rows": rows,
         "corpus": corpus,
-        "stops_paying": _stops_paying(rows, corpus),
+        "stops_paying": stops,
+        "advice": adv,
     }
 
 
