@@ -66,6 +66,35 @@ def test_mixed_draws_follow_the_corpus_mix_and_the_seed(suite_dir: Path) -> None
     assert len(set(first)) == 2 and first != sorted(first)
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(0.01, 50.0), min_size=1, max_size=12),
+    st.integers(1, 200),
+    st.integers(0, 2**31),
+)
+def test_each_item_is_drawn_the_floor_or_ceiling_of_its_expected_count(
+    weights: list[float], n: int, seed: int
+) -> None:
+    from distprompt.records import Provenance, SuiteItem
+
+    items = [
+        SuiteItem(f"i{k}", f"s{k % 3}", "p", 1, 1, 1, 0, 1, w, Provenance("f", k + 1, 0), (1,))
+        for k, w in enumerate(weights)
+    ]
+    shares = {"s0": 0.5, "s1": 0.3, "s2": 0.2}
+    draws = mixed_draws(items, shares, n, seed=seed)
+    assert len(draws) == n
+    got = Counter(it.id for it in draws)
+    present = {it.source for it in items}
+    tot = sum(shares[s] for s in present)
+    wsum: dict[str, float] = defaultdict(float)
+    for it in items:
+        wsum[it.source] += it.weight
+    for it in items:
+        want = n * shares[it.source] / tot * it.weight / wsum[it.source]
+        assert want - 1 - 1e-9 < got[it.id] < want + 1 + 1e-9
+
+
 def test_mixed_traffic_keeps_attribution_and_leads_the_summary(
     suite_dir: Path, tmp_path: Path
 ) -> None:

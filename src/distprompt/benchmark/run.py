@@ -127,10 +127,14 @@ def reply_kind(item: SuiteItem) -> str:
 def mixed_draws(
     items: Sequence[SuiteItem], shares: Mapping[str, float], n: int, *, seed: int = 0
 ) -> list[SuiteItem]:
-    """``n`` items drawn with replacement, in the order drawn, each with probability
-    ``share_s · w_i / Σ_{j∈s} w_j``: traffic that follows the corpus mix.
+    """``n`` draws of the items, each drawn in proportion to ``p_i = share_s · w_i /
+    Σ_{j∈s} w_j`` (traffic that follows the corpus mix), in a seeded interleaved order.
 
-    Each draw then counts once (weight 1) in the ratios of sums, which estimate the same
+    Systematic sampling with probability proportional to ``p_i`` (items in a seeded random
+    order, one random start, ``n`` equal steps along their cumulated ``n·p_i``): each item is
+    drawn ``⌊n·p_i⌋`` or ``⌈n·p_i⌉`` times: a window's composition is the mix up to rounding,
+    not the mix plus the chance of independent draws, and it repeats items only as the mix
+    needs. Each draw then counts once (weight 1) in the ratios of sums, which estimate the same
     ``Σ w'·num / Σ w'·den`` as the per-source windows' item weights do.
 
     Example:
@@ -159,7 +163,13 @@ def mixed_draws(
     if not p.sum() > 0:
         p = np.ones(len(items))
     rng = np.random.default_rng(seed)
-    idx = rng.choice(len(items), size=n, replace=True, p=p / p.sum())
+    order = rng.permutation(len(items))
+    edges = np.concatenate([[0.0], np.cumsum(p[order] / p.sum() * n)])
+    edges[-1] = n  # the last edge exactly n, whatever the rounding of the sum
+    # the points u, u + 1, …, u + n - 1 and the item whose interval holds each
+    hits = np.searchsorted(edges, rng.uniform() + np.arange(n), side="right") - 1
+    idx = order[np.minimum(hits, len(items) - 1)]
+    rng.shuffle(idx)
     return [items[int(i)] for i in idx]
 
 
@@ -614,9 +624,10 @@ def preflight_warnings(
         )
     if repeats:
         out.append(
-            f"{repeats} requests of each mixed window repeat an item drawn earlier in it (draws "
-            "with replacement): their prompts may come from the prefix cache even with "
-            "--flush-cache (see prompt_cached_fraction); fewer --mixed-requests repeat less"
+            f"{repeats} requests of each mixed window repeat an item drawn earlier in it (the "
+            "mix draws some items more than once): their prompts may come from the prefix "
+            "cache even with --flush-cache (see prompt_cached_fraction); fewer "
+            "--mixed-requests repeat less"
         )
     if not flush_cache and passes > 1:
         out.append(
