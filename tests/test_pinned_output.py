@@ -46,6 +46,10 @@ FULL_PROMPT_SUITE = "cd968856a1ea657ced95b5f75d51f8eaef67ca42064180ebf22bb926f27
 FULL_PROMPT_REPORT = "fdb7752229c1158f5b55edac35604bbcf5187e820246272f12efc6683c7066dc"
 SUITE = "617edd22cd1d2909ab4b62650d266a93236f0c6c93afe3f2cfded829cff79155"
 MANIFEST = "beff7263de2adcf6a1e596538000b89f5da12ba6ac3805e9eda3a3556927efd3"
+# suite.parquet (issue 30: the same items as suite.jsonl, typed columns; not in the manifest's
+# "files", as suite.jsonl is not, so no other pin moved): its bytes hold for this pyarrow
+PARQUET = "c819270c1129e34d8b8614450a6675bf22adcb0a3dfd155f31f22f4e3f37a646"
+PARQUET_PYARROW = "26.0.1"
 # the manifest records each source's sampling design as selected, so whole-prompt features
 # (another selection) have their own
 FULL_PROMPT_MANIFEST = "4a4c067d2653e1f88aeeec5d81108f051881983fda52f49fe0fae3cad1a15aff"
@@ -114,6 +118,24 @@ def test_export_bytes_pinned(
     _export(tmp_path / "o", qwen_dir, workers=2 if how.startswith("w2") else 1)
     assert _sha(tmp_path / "o" / "suite.jsonl") == SUITE
     assert _stable_manifest(tmp_path / "o" / "manifest.json") == MANIFEST
+    _check_parquet(tmp_path / "o")
+
+
+def _check_parquet(out: Path) -> None:
+    """suite.parquet holds suite.jsonl's items; its bytes are pinned for one pyarrow."""
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    from distprompt.write.suite import JSON_COLUMNS
+
+    rows = pq.read_table(out / "suite.parquet").to_pylist()
+    for r in rows:
+        for k in JSON_COLUMNS:
+            r[k] = json.loads(r[k]) if r[k] is not None else None
+    want = [json.loads(line) for line in (out / "suite.jsonl").read_text().splitlines()]
+    assert rows == want
+    if pyarrow.__version__ == PARQUET_PYARROW:
+        assert _sha(out / "suite.parquet") == PARQUET
 
 
 def test_whole_prompt_features_reproduce_the_output_before(
