@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from unittest import mock
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from distprompt.cli import main
 from distprompt.errors import CorruptStreamError, DataError, InputError
+from distprompt.read import table as table_module
 from distprompt.read.fastrow import read_row
 from distprompt.read.shards import find_shards, iter_rows, lines_at
 from distprompt.read.tally import Tally
@@ -102,7 +104,15 @@ def test_table_view_equals_line_view(
     d = tmp_path_factory.mktemp("views")
     (d / "a.jsonl").write_bytes(lines_of(rows))
     write_parquet(d / "a.parquet", rows, row_group_size=5)
-    assert outcome(shard(d / "a.parquet"))[0] == outcome(shard(d / "a.jsonl"))[0]
+    want = outcome(shard(d / "a.jsonl"))[0]
+    assert outcome(shard(d / "a.parquet"))[0] == want
+    # an Arrow stream of one record batch, read in slices of 3 rows (their values run on)
+    with pa.OSFile(str(d / "a.arrow"), "wb") as sink:
+        table = pa.Table.from_pylist(rows, schema=SCHEMA).combine_chunks()
+        with pa.ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table)
+    with mock.patch.object(table_module, "BATCH_ROWS", 3):
+        assert outcome(shard(d / "a.arrow"))[0] == want
 
 
 def _bad_rows() -> list[dict[str, Any]]:

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from distprompt.errors import CorruptStreamError, DataError, InputError
-from distprompt.read.table import is_table, iter_table_rows, table_lines_at
+from distprompt.read.table import import_arrow, is_table, iter_table_rows, table_lines_at
 from distprompt.read.tally import Tally
 from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES, parse_row
 from distprompt.read.zstd import check_whole, open_zstd
@@ -167,6 +167,8 @@ def find_shards(
         keep = [s for s in listed if s.name.rpartition("/")[2] in SHARD_NAMES] or listed
         dropped = sorted(s.name for s in listed if s not in keep)
         refuse_mixed([s.name for s in listed], ", ".join(str(spec) for spec in specs))
+        if any(is_table(s.name) for s in keep):
+            import_arrow()
         if dropped:
             shown = ", ".join(dropped[:5]) + (", ..." if len(dropped) > 5 else "")
             say(
@@ -196,6 +198,8 @@ def find_shards(
             for p, s in found.items()
         }
     shards = sorted(found.values(), key=lambda s: s.name)
+    if any(is_table(s.name) for s in shards):
+        import_arrow()  # here, in the caller's thread, before the run starts others
     if not shards:
         if glob is not None:
             raise InputError(

@@ -24,7 +24,9 @@ corrupt compressed stream is: the rows before it are kept).
 
 from __future__ import annotations
 
+import bisect
 import logging
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -42,12 +44,29 @@ if TYPE_CHECKING:
     from distprompt.read.tally import Tally
     from distprompt.records import Shard
 
-__all__ = ["TableView", "is_table", "iter_table_rows", "table_lines_at"]
+__all__ = ["TableView", "import_arrow", "is_table", "iter_table_rows", "table_lines_at"]
 
 logger = logging.getLogger("distprompt.read.table")
 
 #: Rows per record batch: a batch of the benchmark's longest rows (50k tokens) is ~30 MB.
 BATCH_ROWS = 128
+
+
+_IMPORT = threading.Lock()
+
+
+def import_arrow() -> None:
+    """Import pyarrow's modules this reader uses, once, under a lock.
+
+    pyarrow's package imports its own submodules in a cycle: imported from two threads at once
+    (a selection thread reading a row back while the main one writes ``suite.parquet``), one of
+    them got a partially initialized module (``AttributeError``). Discovery calls this in the
+    main thread as soon as DATA holds a table, before any other thread starts.
+    """
+    with _IMPORT:
+        import pyarrow.ipc
+        import pyarrow.parquet
+        import pyarrow.types  # noqa: F401
 
 
 def is_table(name: str) -> bool:
@@ -59,6 +78,7 @@ class _Reader:
     """One open table shard: its schema, row count and batches (Parquet or Arrow IPC)."""
 
     def __init__(self, shard: Shard) -> None:
+        import_arrow()
         import pyarrow as pa
         import pyarrow.ipc as ipc
         import pyarrow.parquet as pq
@@ -120,11 +140,15 @@ class _Reader:
             self._fh.close()
             self._fh = None
 
-    def batches(self, start: int, end: int | None) -> Iterator[tuple[int, pa.RecordBatch]]:
-        """``(row index of its first row, batch)`` for the rows in ``[start, end)``; a batch
-        that cannot be decoded raises :class:`CorruptStreamError` naming its first row."""
+    def batches(
+        self, start: int, end: int | None, *, wanted: Sequence[int] | None = None
+    ) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """``(row index of its first row, batch)`` for the rows in ``[start, end)`` (of a
+        Parquet file, only the row groups holding one of the ascending rows ``wanted``, when
+        given); a batch that cannot be decoded raises :class:`CorruptStreamError` naming its
+        first row."""
         at = 0
-        it = self._raw_batches(start)
+        it = self._raw_batches(start, wanted)
         while True:
             try:
                 first, batch = next(it)
@@ -149,7 +173,9 @@ class _Reader:
                 batch = batch.slice(lo, hi - lo)
             yield first + lo, batch
 
-    def _raw_batches(self, start: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+    def _raw_batches(
+        self, start: int, wanted: Sequence[int] | None
+    ) -> Iterator[tuple[int, pa.RecordBatch]]:
         import pyarrow.ipc as ipc
 
         cols = self.columns
@@ -158,6 +184,10 @@ class _Reader:
                 first = self.group_starts[g]
                 if self.group_starts[g + 1] <= start:
                     continue
+                if wanted is not None:
+                    k = bisect.bisect_left(wanted, first)
+                    if k == len(wanted) or wanted[k] >= self.group_starts[g + 1]:
+                        continue  # no row wanted in this group: not decoded
                 at = first
                 for batch in self.pf.iter_batches(
                     batch_size=BATCH_ROWS, row_groups=[g], columns=cols, use_threads=False
@@ -234,10 +264,13 @@ class TableView(RowView):
     _mask: np.ndarray  # the batch's flat mask (int8)
     _a: int  # the row's first id in ``_ids``
     _m: int  # its first mask value in ``_mask``
-    _top: int  # its largest id
+    _top: int  # an upper bound of its ids (the batch's largest)
 
     def top_id(self, limit: int) -> int | None:
-        return self._top if self._top >= limit else None
+        if self._top < limit:
+            return None
+        top = int(self._ids[self._a : self._a + self.seq_len].max())
+        return top if top >= limit else None
 
     def prompt_mask(self) -> np.ndarray:
         return self._mask[self._m : self._m + self.n_prompt_tokens].astype(np.int8)
@@ -276,7 +309,9 @@ def _batch_views(batch: pa.RecordBatch, first: int, base: int, name: str) -> lis
         return [_row_json(batch, i) for i in range(n)]
     ids, ioff = ids_parts
     mask, moff = mask_parts
-    ids, mask = ids[: ioff[-1]], mask[: moff[-1]]  # a sliced column's values run on
+    # a sliced column's values run on at both ends: keep the batch's own
+    ids, mask = ids[ioff[0] : ioff[-1]], mask[moff[0] : moff[-1]]
+    ioff, moff = ioff - ioff[0], moff - moff[0]
     seq = batch.column("seq_len").to_numpy().astype(np.int64)
     npr = batch.column("n_prompt_tokens").to_numpy().astype(np.int64)
     nre = batch.column("n_response_tokens").to_numpy().astype(np.int64)
@@ -289,17 +324,18 @@ def _batch_views(batch: pa.RecordBatch, first: int, base: int, name: str) -> lis
         & (nre == seq - npr)
         & (seq.astype(np.uint64) < 2**62)
     )
-    top = np.zeros(n, dtype=np.int64)
     turns = np.zeros(n, dtype=np.int64)
-    ids_rows, ids_at = _nonempty(ioff)
-    if ids_rows.size:
-        mx = np.maximum.reduceat(ids, ids_at)
+    # the largest id of the batch bounds each row's (the exact one is read on demand, for a
+    # bound at or above the vocabulary); per-row reductions only when the batch holds a
+    # negative id or one of 2**63 or more
+    bound = int(ids.max()) if ids.size else 0
+    if ids.size and ((ids.dtype.kind == "i" and ids.min() < 0) or bound >= 2**63):
+        ids_rows, ids_at = _nonempty(ioff)
         if ids.dtype.kind == "i":
             ok[ids_rows[np.minimum.reduceat(ids, ids_at) < 0]] = False
-        elif ids.dtype == np.uint64:
-            ok[ids_rows[mx >= 2**63]] = False
-            mx = np.minimum(mx, 2**63 - 1)
-        top[ids_rows] = mx.astype(np.int64)
+        else:
+            ok[ids_rows[np.maximum.reduceat(ids, ids_at) >= 2**63]] = False
+        bound = 2**63 - 1
     mask_rows, mask_at = _nonempty(moff)
     if mask_rows.size:
         if mask.min() < 0 or mask.max() > 1:
@@ -308,12 +344,13 @@ def _batch_views(batch: pa.RecordBatch, first: int, base: int, name: str) -> lis
             ok[mask_rows[bad]] = False
             mask = np.clip(mask, 0, 1)  # the rows left ok hold only 0s and 1s
         mask = mask.astype(np.int8, copy=False)
-        # trained turns: the 1s of the mask after a 0, or at a row's first element
-        rise = np.empty(mask.shape[0], dtype=np.int8)
-        rise[0] = mask[0]
-        np.greater(mask[1:], mask[:-1], out=rise[1:], casting="unsafe")
-        rise[mask_at] = mask[mask_at]
-        turns[mask_rows] = np.add.reduceat(rise, mask_at, dtype=np.int64)
+        # trained turns: the 1s of the mask after a 0 (not at a row's first element, which
+        # belongs to its own row), and each row's first element when it is 1
+        rises = np.flatnonzero(mask[1:] > mask[:-1]) + 1
+        rises = rises[~np.isin(rises, mask_at)]
+        row = np.searchsorted(mask_at, rises, side="right") - 1
+        counts = np.bincount(row, minlength=mask_rows.size) + (mask[mask_at] == 1)
+        turns[mask_rows] = counts
     lo = ioff[:-1]
     sources = batch.column("source").to_pylist()
     out: list[RowView | bytes] = []
@@ -339,7 +376,7 @@ def _batch_views(batch: pa.RecordBatch, first: int, base: int, name: str) -> lis
         v._mask = mask
         v._a = a
         v._m = int(moff[i])
-        v._top = int(top[i])
+        v._top = bound
         out.append(v)
     return out
 
@@ -414,7 +451,9 @@ def table_lines_at(shard: Shard, offsets: Sequence[int]) -> list[bytes | None]:
         reader = _Reader(shard)
         try:
             t = 0
-            for first, batch in reader.batches(want[0], want[-1] + 1):
+            for first, batch in reader.batches(want[0], want[-1] + 1, wanted=want):
+                while t < len(want) and want[t] < first:
+                    t += 1  # in a group not read (cannot be): never another row for it
                 while t < len(want) and want[t] < first + batch.num_rows:
                     found[want[t]] = _row_json(batch, want[t] - first)
                     t += 1
