@@ -1,7 +1,8 @@
 """Export from Parquet against export from JSONL, on the same rows, interleaved (issue 30).
 
 Converts the benchmark corpus (``make_corpus.py``'s layout, ``<ID>_<source>/tokenized_data.jsonl``)
-to Parquet once — ``<ID>_<source>/part-00000.parquet`` … of at most ``--rows-per-file`` rows,
+to Parquet once — ``<ID>_<source>/part-00000.parquet`` (one file per source; with
+``--rows-per-file N``, parts of at most N rows),
 ``input_ids`` list<int32>, ``loss_mask`` list<int8>, row groups of ``--row-group`` rows, zstd;
 streamed, so memory stays at a row group — then runs ``export --per-source 50`` on each,
 alternating (JSONL, Parquet, JSONL, Parquet …) so that the load of a shared machine hits both
@@ -66,7 +67,7 @@ def convert(src: Path, dst: Path, *, rows_per_file: int, row_group: int) -> None
                 in_part += 1
                 if len(batch) >= row_group:
                     flush(writer, batch)
-                if in_part >= rows_per_file:
+                if rows_per_file and in_part >= rows_per_file:
                     flush(writer, batch)
                     writer.close()
                     writer, in_part, part = None, 0, part + 1
@@ -91,7 +92,9 @@ def main() -> int:
     ap.add_argument("--parquet", type=Path, required=True, help="where its Parquet copy goes")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--rows-per-file", type=int, default=1000)
+    ap.add_argument(
+        "--rows-per-file", type=int, default=0, help="0: one file per source (the default)"
+    )
     ap.add_argument("--row-group", type=int, default=128)
     ap.add_argument("--tokenizer", default=None)
     a = ap.parse_args()

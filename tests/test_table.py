@@ -302,3 +302,32 @@ def test_suite_from_tables_has_the_jsonl_items(tmp_path: Path, qwen_dir: Path, h
         row = orjson.loads(lines_at(shard(path), [p["offset"]])[0] or b"")
         assert row["input_ids"][: row["n_prompt_tokens"]] == item["prompt_ids"]
         assert p["line"] == p["offset"] + 1
+
+
+def test_row_ranges_give_the_whole_file_pass(tmp_path: Path) -> None:
+    """A Parquet shard split into row ranges of whole row groups (as workers share a large
+    one) gives the pass of the whole file: figures, pools, provenance, bad rows' lines."""
+    from distprompt.read.scan import Unit, scan, units
+    from distprompt.read.table import split_table
+
+    rows = [random_row(60, 20, seed=i, source=f"s{i % 2}") for i in range(300)]
+    rows[250] = {**rows[250], "seq_len": 1}  # a bad row in a later range
+    path = write_parquet(tmp_path / "a.parquet", rows, row_group_size=16)
+    sh = shard(path)
+    ranges, n = split_table(sh, 4096)
+    assert n == 300 and len(ranges) > 3 and ranges[0][0] == 0 and ranges[-1][1] == 300
+    assert all(a % 16 == 0 for a, _ in ranges)
+    work = units([sh], unit_bytes=4096)
+    assert len(work) == len(ranges) and all(isinstance(u, Unit) and u.rows == 300 for u in work)
+
+    def view(part: Any) -> Any:
+        pools = {s: [(c.key, c.provenance) for c in p.candidates()] for s, p in part.pools.items()}
+        return part.stats, pools, part.tally.skipped, dict(part.tally.first_skip)
+
+    kw: dict[str, Any] = {"max_candidates": 50, "on_error": "skip"}
+    whole = view(scan([sh], **kw))
+    assert whole[3] == {"seq_len_mismatch": "a.parquet:251"}
+    assert view(scan([sh], unit_bytes=4096, processes=False, **kw)) == whole
+    assert view(scan([sh], unit_bytes=4096, workers=2, **kw)) == whole
+    with pytest.raises(DataError, match=r"^a.parquet:251: expected seq_len"):
+        scan([sh], max_candidates=50, unit_bytes=4096, processes=False)

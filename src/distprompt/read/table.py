@@ -44,7 +44,14 @@ if TYPE_CHECKING:
     from distprompt.read.tally import Tally
     from distprompt.records import Shard
 
-__all__ = ["TableView", "import_arrow", "is_table", "iter_table_rows", "table_lines_at"]
+__all__ = [
+    "TableView",
+    "import_arrow",
+    "is_table",
+    "iter_table_rows",
+    "split_table",
+    "table_lines_at",
+]
 
 logger = logging.getLogger("distprompt.read.table")
 
@@ -435,6 +442,35 @@ def iter_table_rows(
             lines[0] = count
     if count == 0 and start == 0 and end is None:
         logger.warning("%s: an empty table (no rows), nothing to read", shard.name)
+
+
+def split_table(shard: Shard, unit_bytes: int) -> tuple[list[tuple[int, int | None]], int]:
+    """Row ranges ``[start, end)`` of a Parquet shard, whole row groups of about ``unit_bytes``
+    (uncompressed) each, and its row count; an Arrow shard (or a Parquet one of a single
+    range) is one range ``(0, None)``.
+
+    Raises:
+        InputError: The file is not Parquet.
+    """
+    if not shard.name.lower().endswith(".parquet"):
+        return [(0, None)], 0
+    reader = _Reader(shard)
+    try:
+        meta = reader.pf.metadata
+        sizes = [meta.row_group(g).total_byte_size for g in range(meta.num_row_groups)]
+    finally:
+        reader.close()
+    starts, held = [0], 0
+    for g, size in enumerate(sizes):
+        if held and held + size > unit_bytes:
+            starts.append(reader.group_starts[g])
+            held = 0
+        held += size
+    rows = reader.rows
+    if len(starts) == 1:
+        return [(0, None)], rows
+    ends: list[int | None] = [*starts[1:], rows]
+    return list(zip(starts, ends, strict=True)), rows
 
 
 def table_lines_at(shard: Shard, offsets: Sequence[int]) -> list[bytes | None]:
