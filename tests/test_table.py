@@ -331,3 +331,19 @@ def test_row_ranges_give_the_whole_file_pass(tmp_path: Path) -> None:
     assert view(scan([sh], unit_bytes=4096, workers=2, **kw)) == whole
     with pytest.raises(DataError, match=r"^a.parquet:251: expected seq_len"):
         scan([sh], max_candidates=50, unit_bytes=4096, processes=False)
+
+
+def test_fsspec_urls(tmp_path: Path) -> None:
+    rows = [make_row(i) for i in range(20)]
+    write_parquet(tmp_path / "d" / "A1_x" / "part-0.parquet", rows, row_group_size=6)
+    found = find_shards((tmp_path / "d").as_uri()).shards
+    assert [s.name for s in found] == ["A1_x/part-0.parquet"] and found[0].url is not None
+    views = list(iter_rows(found[0], parse=read_row))
+    assert [v.prompt_ids.tolist() for v in views] == [
+        r["input_ids"][: r["n_prompt_tokens"]] for r in rows
+    ]
+    assert orjson.loads(lines_at(found[0], [13])[0] or b"") == rows[13]
+    (tmp_path / "d" / "B1_y").mkdir()
+    (tmp_path / "d" / "B1_y" / "tokenized_data.jsonl").write_bytes(lines_of(rows[:2]))
+    with pytest.raises(InputError, match="one format.*put the pattern in the URL"):
+        find_shards((tmp_path / "d").as_uri())

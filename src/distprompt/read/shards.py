@@ -135,7 +135,8 @@ def find_shards(
         glob: Chooses the shards of each DATA folder explicitly instead: a pattern matched
             against the path relative to the folder (``*`` and ``?`` stay within a folder, ``**``
             spans folders; a pattern without ``/`` is matched against file names), e.g.
-            ``"*/tokenized_data.jsonl"`` or ``"*.jsonl.zst"``. Only ``*.jsonl*`` files qualify.
+            ``"*/tokenized_data.jsonl"`` or ``"*.jsonl.zst"``. Only ``*.jsonl*``, ``*.parquet``
+            and ``*.arrow`` files qualify.
 
     Returns:
         The :class:`ShardSet`: shards sorted by their relative name (relative to the directory,
@@ -166,7 +167,7 @@ def find_shards(
         # The same rule as for local folders: tokenized_data.* files, when there are any.
         keep = [s for s in listed if s.name.rpartition("/")[2] in SHARD_NAMES] or listed
         dropped = sorted(s.name for s in listed if s not in keep)
-        refuse_mixed([s.name for s in listed], ", ".join(str(spec) for spec in specs))
+        refuse_mixed([s.name for s in listed], ", ".join(str(s) for s in specs), url=True)
         if any(is_table(s.name) for s in keep):
             import_arrow()
         if dropped:
@@ -278,7 +279,7 @@ def _choose(
     yield from keep
 
 
-def refuse_mixed(names: Sequence[str], spec: str) -> None:
+def refuse_mixed(names: Sequence[str], spec: str, *, url: bool = False) -> None:
     """Refuse a DATA folder whose shards are both JSON Lines and tables (Parquet, Arrow).
 
     Raises:
@@ -290,8 +291,13 @@ def refuse_mixed(names: Sequence[str], spec: str) -> None:
         raise InputError(
             f"{spec}: expected shards of one format, found {len(lines)} JSON Lines file(s) "
             f"({lines[0]}, ...) and {len(tables)} Parquet/Arrow file(s) ({tables[0]}, ...); the "
-            "same rows in both formats would count twice — pass --glob '*.parquet' (or "
-            "'*.jsonl', '*.arrow') to choose, or name the files"
+            "same rows in both formats would count twice — "
+            + (
+                "put the pattern in the URL (e.g. …/*/*.parquet)"
+                if url
+                else "pass --glob '*.parquet' (or '*.jsonl', '*.arrow') to choose"
+            )
+            + ", or name the files"
         )
 
 
