@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import functools
-from unittest import mock
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import orjson
 import pyarrow as pa
@@ -345,5 +345,5 @@ def test_fsspec_urls(tmp_path: Path) -> None:
     assert orjson.loads(lines_at(found[0], [13])[0] or b"") == rows[13]
     (tmp_path / "d" / "B1_y").mkdir()
     (tmp_path / "d" / "B1_y" / "tokenized_data.jsonl").write_bytes(lines_of(rows[:2]))
-    with pytest.raises(InputError, match="one format.*put the pattern in the URL"):
+    with pytest.raises(InputError, match=r"one format.*put the pattern in the URL"):
         find_shards((tmp_path / "d").as_uri())
