@@ -629,17 +629,17 @@ def test_source_folder_without_a_shard_is_ignored_with_a_warning(
         lines_of([make_row(i) for i in range(5)])
     )
     (prepared / "B1_code").mkdir()
-    (prepared / "B1_code" / "tokenized_data.parquet").write_bytes(b"PAR1")
+    (prepared / "B1_code" / "tokenized_data.json").write_bytes(b"[]")
     (prepared / "C1_empty" / "nested").mkdir(parents=True)
     (prepared / ".cache").mkdir()  # hidden: not worth a warning
     run = export(prepared)
     assert run.code == 0, run.err
     assert run.manifest["counts"]["rows"] == 5
     want = [
-        "B1_code/: a folder without any *.jsonl, *.jsonl.gz or *.jsonl.zst shard (it holds 1 "
-        "other file(s): tokenized_data.parquet), ignored",
-        "C1_empty/: a folder without any *.jsonl, *.jsonl.gz or *.jsonl.zst shard (no file "
-        "directly in it), ignored",
+        "B1_code/: a folder without any *.jsonl, *.jsonl.gz, *.jsonl.zst, *.parquet or *.arrow "
+        "shard (it holds 1 other file(s): tokenized_data.json), ignored",
+        "C1_empty/: a folder without any *.jsonl, *.jsonl.gz, *.jsonl.zst, *.parquet or *.arrow "
+        "shard (no file directly in it), ignored",
     ]
     assert [w for w in run.manifest["warnings"] if "folder without" in w] == want
     for w in want:

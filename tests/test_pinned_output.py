@@ -46,6 +46,10 @@ FULL_PROMPT_SUITE = "0b4d47e12b55c95f4792976796b5ae26e66dafde7f57da03483a3396512
 FULL_PROMPT_REPORT = "f80d531321be7e6a9c7325155e41ec144c5562f0740f4fc5181ab2051349e47d"
 SUITE = "71cd956f9a557ab07bc086d411863c56c49eec6bed5cd6dac1910c0c955190b2"
 MANIFEST = "b9b1854116807e653699c77a1f420134139e5c34050c9f57eec8c17d2014c33a"
+# suite.parquet (issue 30: the same items as suite.jsonl, typed columns; not in the manifest's
+# "files", as suite.jsonl is not, so no other pin moved): its bytes hold for this pyarrow
+PARQUET = "8f1dfd156a64ec87e8a986fec00fd5414808ce4a569261f12cfbc2fa01887ab6"
+PARQUET_PYARROW = "26.0.1"
 # the manifest records each source's sampling design as selected, so whole-prompt features
 # (another selection) have their own
 FULL_PROMPT_MANIFEST = "37cc8366ada5d76109ba347a0f3495c6ed1b68c573ed3be8627a62b26dfbceb1"
@@ -114,6 +118,24 @@ def test_export_bytes_pinned(
     _export(tmp_path / "o", qwen_dir, workers=2 if how.startswith("w2") else 1)
     assert _sha(tmp_path / "o" / "suite.jsonl") == SUITE
     assert _stable_manifest(tmp_path / "o" / "manifest.json") == MANIFEST
+    _check_parquet(tmp_path / "o")
+
+
+def _check_parquet(out: Path) -> None:
+    """suite.parquet holds suite.jsonl's items; its bytes are pinned for one pyarrow."""
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    from distprompt.write.suite import JSON_COLUMNS
+
+    rows = pq.read_table(out / "suite.parquet").to_pylist()
+    for r in rows:
+        for k in JSON_COLUMNS:
+            r[k] = json.loads(r[k]) if r[k] is not None else None
+    want = [json.loads(line) for line in (out / "suite.jsonl").read_text().splitlines()]
+    assert rows == want
+    if pyarrow.__version__ == PARQUET_PYARROW:
+        assert _sha(out / "suite.parquet") == PARQUET
 
 
 def test_whole_prompt_features_reproduce_the_output_before(

@@ -10,7 +10,7 @@ import pytest
 
 from distprompt.errors import InputError, OutputError
 from distprompt.write.out_dir import MANIFEST_NAME
-from distprompt.write.suite import SUITE_NAME, Suite
+from distprompt.write.suite import SUITE_NAME, SUITE_PARQUET, Suite
 
 from factories import chat_rows, suite_item
 
@@ -60,7 +60,7 @@ def test_save_writes_the_files_and_a_manifest_listing_them(
     manifest = orjson.loads((out / MANIFEST_NAME).read_bytes())
     listed = {name for names in manifest["files"].values() for name in names}
     on_disk = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
-    assert on_disk == listed | {SUITE_NAME, MANIFEST_NAME}
+    assert on_disk == listed | {SUITE_NAME, SUITE_PARQUET, MANIFEST_NAME}
     assert "run_md" in manifest["files"] and "report" not in manifest["files"]
     lines = (out / SUITE_NAME).read_bytes().splitlines()
     assert [orjson.loads(line)["id"] for line in lines] == ["chat-0", "chat-1", "chat-2"]
@@ -142,3 +142,87 @@ def test_run_md_names_the_rows_skipped_at_export(tmp_path: Path) -> None:
     head = (out / "RUN.md").read_text(encoding="utf-8").split("## Warnings")[0]
     assert "3 bad rows skipped at export" in head
     assert "bad_json: 2 (first at A1_c/tokenized_data.jsonl:7), id_out_of_vocab: 1" in head
+
+
+def _rich_suite(suite: Suite) -> Suite:
+    """The fixture's items with every field a client file reads filled in."""
+    from dataclasses import replace
+
+    from distprompt.records import Ambiguity
+
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    msgs = (
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi — ünïcode ✓"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "42", "tool_call_id": "c1"},
+    )
+    amb = Ambiguity(kind="system_in_user", message=1, separator="\n\n", reading="user", evidence=0)
+    items = list(suite.items)
+    items[0] = replace(
+        items[0], messages=msgs, tools=(tool,), response="ok", response_ids=(5, 6),
+        chat_template_kwargs={"enable_thinking": False}, ambiguities=(amb,), stratum="len0",
+    )  # fmt: skip
+    items[1] = replace(items[1], messages=msgs[:2], response_ids=(), stratum="take-all")
+    return Suite(items, suite.manifest)
+
+
+def _as_jsonl(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of suite.parquet as suite.jsonl holds them (JSON columns parsed, numpy undone)."""
+    from distprompt.write.suite import JSON_COLUMNS
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, float) and v != v:  # pandas reads a null string as NaN
+            return None
+        if hasattr(v, "tolist"):
+            return v.tolist()
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return v
+
+    out = []
+    for r in rows:
+        d = {k: plain(v) for k, v in r.items()}
+        for k in JSON_COLUMNS:
+            d[k] = orjson.loads(d[k]) if d[k] is not None else None
+        out.append(d)
+    return out
+
+
+def test_suite_parquet_loads_equal_to_suite_jsonl(
+    suite: Suite, qwen_tokenizer: Any, tmp_path: Path
+) -> None:
+    import datasets
+    import pandas as pd
+    import polars as pl
+    import pyarrow.parquet as pq
+
+    out = _rich_suite(suite).save(tmp_path / "out", tokenizer=qwen_tokenizer)
+    want = [orjson.loads(line) for line in (out / SUITE_NAME).read_bytes().splitlines()]
+    path = out / "suite.parquet"
+    schema = pq.read_schema(path)
+    assert str(schema.field("prompt_ids").type) == "list<element: int32>"
+    assert str(schema.field("weight").type) == "double"
+    assert schema.names == list(want[0])  # the columns in the order of a suite.jsonl item
+    hf = datasets.load_dataset(
+        "parquet", data_files=str(path), split="train", cache_dir=str(tmp_path / "c")
+    )
+    loaded = {
+        "pandas": pd.read_parquet(path).to_dict("records"),
+        "polars": pl.read_parquet(path).to_dicts(),
+        "datasets": hf.to_list(),
+    }
+    for name, rows in loaded.items():
+        assert _as_jsonl(rows) == want, name
+    assert want[0]["messages"][2]["tool_calls"][0]["function"]["name"] == "f"
+
+
+def test_to_hf_and_back(suite: Suite) -> None:
+    rich = _rich_suite(suite)
+    ds = rich.to_hf()
+    assert ds.num_rows == 3 and ds.features["prompt_ids"].feature.dtype == "int32"
+    back = Suite.from_hf(ds.filter(lambda r: r["stratum"] is not None), manifest={"x": 1})
+    assert list(back) == list(rich)[:2] and back.manifest == {"x": 1}
+    with pytest.raises(InputError, match="row 1: expected a suite item"):
+        Suite.from_hf(ds.remove_columns("prompt_ids"))

@@ -52,7 +52,7 @@ Data = Annotated[
     typer.Argument(
         metavar="DATA",
         help="Directory (searched recursively), glob, or shard files "
-        "(.jsonl, .jsonl.gz, .jsonl.zst).",
+        "(.jsonl, .jsonl.gz, .jsonl.zst; Parquet .parquet, Arrow .arrow).",
     ),
 ]
 Workers = Annotated[
@@ -70,7 +70,7 @@ Glob = Annotated[
         metavar="PATTERN",
         help="Which files of a DATA folder are shards, relative to it (e.g. "
         "'*/tokenized_data.jsonl'). Default: the tokenized_data.* files when the folder holds "
-        "any, else every *.jsonl*.",
+        "any, else every *.jsonl*, *.parquet and *.arrow file (one format per folder).",
     ),
 ]
 

@@ -725,14 +725,16 @@ _OVERLAP_BYTES = 64 << 20
 
 #: A compressed shard counts as this many times its size on disk in :func:`_is_large`: rows of
 #: token ids compress much more than this (the benchmark corpus: 11x with gzip, 38x with zstd,
-#: whose 40 MB on disk otherwise took the small-corpus path for 1.5 GB of rows).
+#: whose 40 MB on disk otherwise took the small-corpus path for 1.5 GB of rows; 27x as Parquet
+#: with zstd). Parquet files count as compressed too.
 _COMPRESSED_FACTOR = 4
 
 
 def _is_large(shards: Sequence[Shard]) -> bool:
     """Whether the work is worth other processes (the pass's, selection's, the plots')."""
     held = (
-        s.size * (_COMPRESSED_FACTOR if s.name.endswith((".gz", ".zst")) else 1) for s in shards
+        s.size * (_COMPRESSED_FACTOR if s.name.endswith((".gz", ".zst", ".parquet")) else 1)
+        for s in shards
     )
     return sum(held) >= _OVERLAP_BYTES
 

@@ -23,7 +23,9 @@ __all__ = [
     "FEATURE_TAIL",
     "REPLY_FEATURES",
     "REPLY_PROMPT_TOKENS",
+    "SHARD_PATTERNS",
     "SHARD_SUFFIXES",
+    "TABLE_SUFFIXES",
     "UNSUPPORTED_SUFFIXES",
     "Ambiguity",
     "Candidate",
@@ -42,6 +44,11 @@ __all__ = [
 
 
 SHARD_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst")
+#: Columnar shards (:mod:`distprompt.read.table`): Parquet files, and the Arrow files of a
+#: ``datasets.save_to_disk`` folder.
+TABLE_SUFFIXES = (".parquet", ".arrow")
+#: The shard names discovery looks for, as messages spell them.
+SHARD_PATTERNS = "*.jsonl, *.jsonl.gz, *.jsonl.zst, *.parquet or *.arrow"
 #: Suffixes of compressions distprompt does not read: named explicitly, they are refused clearly
 #: instead of being parsed as garbage.
 UNSUPPORTED_SUFFIXES = (".bz2", ".xz", ".lz4", ".zip", ".7z", ".br", ".snappy", ".lzma", ".tar")
@@ -58,8 +65,9 @@ class Shard:
 
 
 def is_shard_file(p: Path) -> bool:
-    """Whether ``p`` is named like a shard (``*.jsonl``, ``*.jsonl.gz``, ``*.jsonl.zst``)."""
-    return p.name.endswith(SHARD_SUFFIXES)
+    """Whether ``p`` is named like a shard (``*.jsonl``, ``*.jsonl.gz``, ``*.jsonl.zst``, or a
+    table: ``*.parquet``, ``*.arrow``)."""
+    return p.name.endswith(SHARD_SUFFIXES) or p.name.lower().endswith(TABLE_SUFFIXES)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -68,8 +76,9 @@ class Provenance:
 
     Attributes:
         shard: Path of the shard relative to DATA, with ``/`` separators.
-        line: 1-based line number.
-        offset: Byte offset of the line start in the (uncompressed) stream.
+        line: 1-based line number (of a Parquet or Arrow shard: 1-based row number).
+        offset: Byte offset of the line start in the (uncompressed) stream (of a Parquet or
+            Arrow shard: the 0-based row index, ``line - 1``).
     """
 
     shard: str

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from distprompt.errors import InputError
-from distprompt.records import UNSUPPORTED_SUFFIXES, Shard, is_shard_file
+from distprompt.records import SHARD_PATTERNS, UNSUPPORTED_SUFFIXES, Shard, is_shard_file
 
 __all__ = ["discover_urls", "is_url", "open_url"]
 
@@ -112,7 +112,7 @@ def discover_urls(specs: Sequence[str], *, warn: Callable[[str], None]) -> list[
     )
     if not shards:
         raise InputError(
-            f"{', '.join(specs)}: expected shards named *.jsonl, *.jsonl.gz or *.jsonl.zst, "
+            f"{', '.join(specs)}: expected shards named {SHARD_PATTERNS}, "
             "found none; check the URL or the glob"
         )
     return shards
@@ -128,7 +128,7 @@ def _discover_one(url: str, *, warn: Callable[[str], None]) -> list[tuple[str, s
             if info.get("type") != "directory" and is_shard_file(Path(p)):
                 out.append((p, posixpath.relpath(p, root), int(info.get("size") or 0)))
         if not out:
-            warn(f"{url}: a folder without any *.jsonl, *.jsonl.gz or *.jsonl.zst shard, ignored")
+            warn(f"{url}: a folder without any {SHARD_PATTERNS} shard, ignored")
         return out
 
     try:

@@ -28,6 +28,7 @@ from distprompt.errors import CorruptStreamError, DataError, InputError, Tokeniz
 from distprompt.read.fastrow import RowView, read_row
 from distprompt.read.shards import iter_rows, lines_at, open_shard, split_shard
 from distprompt.read.spill import SpilledWindow, WindowStore
+from distprompt.read.table import is_table, split_table
 from distprompt.read.tally import Tally, rebase_where
 from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES
 from distprompt.records import (
@@ -629,6 +630,9 @@ class Unit:
     shard: Shard
     start: int = 0
     end: int | None = None
+    #: The shard's rows when it is a Parquet file split into row ranges (``start``/``end``
+    #: are then row indices, see :func:`~distprompt.read.table.split_table`).
+    rows: int | None = None
 
     @property
     def whole(self) -> bool:
@@ -646,11 +650,16 @@ class UnitResult:
 
 def units(shards: Sequence[Shard], *, unit_bytes: int | None) -> list[Unit]:
     """The work units of a pass: whole shards, or (with ``unit_bytes``) plain shards split into
-    byte ranges of about that size at line starts."""
+    byte ranges of about that size at line starts, Parquet shards into row ranges of whole row
+    groups of about that size uncompressed."""
     out: list[Unit] = []
     for shard in shards:
         if unit_bytes is None:
             out.append(Unit(shard))
+            continue
+        if is_table(shard.name):
+            ranges, rows = split_table(shard, unit_bytes)
+            out.extend(Unit(shard, a, b, rows if b is not None else None) for a, b in ranges)
             continue
         for start, end in split_shard(shard, unit_bytes):
             out.append(Unit(shard, start, end))
@@ -888,7 +897,7 @@ def _ref_size(unit: Unit) -> int:
     read back and measured at selection (:func:`measure_reference`), so the result does not
     depend on the split. (One worker read the benchmark's 1.2 GB shard in 38 ranges, each
     keeping a full bottom-512 then: every one of its 5,049 rows was measured.)"""
-    size = unit.shard.size
+    size = unit.shard.size if unit.rows is None else unit.rows
     if unit.whole or size <= 0:
         return REPLY_SAMPLE
     end = size if unit.end is None else min(unit.end, size)
@@ -1259,7 +1268,10 @@ def scan(
                     )
                 except (DataError, TokenizerError) as exc:
                     res = exc
-                bar.update((unit.end if unit.end is not None else unit.shard.size) - done[0])
+                if unit.rows is not None:
+                    bar.update(_unit_bytes(unit))
+                else:
+                    bar.update((unit.end if unit.end is not None else unit.shard.size) - done[0])
                 merge(unit, res)
                 if on_shard is not None and last_unit[unit.shard.name] == i:
                     on_shard(total)  # the shard's last unit
@@ -1440,11 +1452,16 @@ def _normalize(part: Partial, shard_at: dict[str, int]) -> None:
 def _unit_name(unit: Unit) -> str:
     if unit.whole:
         return unit.shard.name
+    if unit.rows is not None:
+        return f"{unit.shard.name} (rows {unit.start + 1}-{unit.end or unit.rows})"
     end = unit.end if unit.end is not None else unit.shard.size
     return f"{unit.shard.name} (bytes {unit.start}-{end})"
 
 
 def _unit_bytes(unit: Unit) -> int:
+    if unit.rows is not None:  # row ranges: their share of the file
+        rows = (unit.end if unit.end is not None else unit.rows) - unit.start
+        return unit.shard.size * rows // max(unit.rows, 1)
     return (unit.end if unit.end is not None else unit.shard.size) - unit.start
 
 
@@ -1452,6 +1469,8 @@ def _count_lines(unit: Unit) -> int:
     """The lines that start in a unit's byte range, counted without parsing them."""
     if unit.whole:
         return 0  # no later unit of the shard needs its line count
+    if unit.rows is not None:
+        return (unit.end if unit.end is not None else unit.rows) - unit.start
     n = 0
     last = b"\n"
     with open_shard(unit.shard.url or unit.shard.path) as fh:

@@ -23,7 +23,11 @@ Broken input is reported, never passed over in silence (see :mod:`distprompt.err
   shard is counted as ``corrupt_stream``.
 - Discovery refuses shard-named symlinks that are broken or loop, and folders it cannot list;
   folders without any shard are ignored with a warning (sources come from the rows, not from
-  folder names, but a folder of ``.json`` or ``.parquet`` files is probably a mistake).
+  folder names, but a folder of ``.json`` files is probably a mistake).
+- Parquet and Arrow files (``*.parquet``; the ``*.arrow`` files of a ``datasets.save_to_disk``
+  folder) are shards too, read by :mod:`distprompt.read.table` (provenance: row number and row
+  index). A DATA folder that holds both JSON Lines and table shards is refused (the same rows
+  in two formats would count twice) unless ``glob`` chooses; files named one by one may mix.
 - A DATA folder that holds ``tokenized_data.jsonl`` (``.gz``, ``.zst``) files is read for those
   only: a dataset folder also holds other JSON Lines files (answer keys, stats, raw
   conversations) that are not shards. The others are listed once as ignored (a warning, and
@@ -47,10 +51,18 @@ from pathlib import Path
 from typing import IO, Any
 
 from distprompt.errors import CorruptStreamError, DataError, InputError
+from distprompt.read.table import import_arrow, is_table, iter_table_rows, table_lines_at
 from distprompt.read.tally import Tally
 from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES, parse_row
 from distprompt.read.zstd import check_whole, open_zstd
-from distprompt.records import SHARD_SUFFIXES, UNSUPPORTED_SUFFIXES, Shard, is_shard_file
+from distprompt.records import (
+    SHARD_PATTERNS,
+    SHARD_SUFFIXES,
+    TABLE_SUFFIXES,
+    UNSUPPORTED_SUFFIXES,
+    Shard,
+    is_shard_file,
+)
 
 __all__ = [
     "SHARD_NAMES",
@@ -67,7 +79,7 @@ __all__ = [
 logger = logging.getLogger("distprompt.read.shards")
 
 #: File names of the shards a prepared dataset folder holds: only these are read when present.
-SHARD_NAMES = tuple(f"tokenized_data{s}" for s in SHARD_SUFFIXES)
+SHARD_NAMES = tuple(f"tokenized_data{s}" for s in (*SHARD_SUFFIXES, *TABLE_SUFFIXES))
 _READ_CHUNK = 1 << 20
 _BOM = b"\xef\xbb\xbf"
 
@@ -123,7 +135,8 @@ def find_shards(
         glob: Chooses the shards of each DATA folder explicitly instead: a pattern matched
             against the path relative to the folder (``*`` and ``?`` stay within a folder, ``**``
             spans folders; a pattern without ``/`` is matched against file names), e.g.
-            ``"*/tokenized_data.jsonl"`` or ``"*.jsonl.zst"``. Only ``*.jsonl*`` files qualify.
+            ``"*/tokenized_data.jsonl"`` or ``"*.jsonl.zst"``. Only ``*.jsonl*``, ``*.parquet``
+            and ``*.arrow`` files qualify.
 
     Returns:
         The :class:`ShardSet`: shards sorted by their relative name (relative to the directory,
@@ -154,6 +167,9 @@ def find_shards(
         # The same rule as for local folders: tokenized_data.* files, when there are any.
         keep = [s for s in listed if s.name.rpartition("/")[2] in SHARD_NAMES] or listed
         dropped = sorted(s.name for s in listed if s not in keep)
+        refuse_mixed([s.name for s in listed], ", ".join(str(s) for s in specs), url=True)
+        if any(is_table(s.name) for s in keep):
+            import_arrow()
         if dropped:
             shown = ", ".join(dropped[:5]) + (", ..." if len(dropped) > 5 else "")
             say(
@@ -183,15 +199,17 @@ def find_shards(
             for p, s in found.items()
         }
     shards = sorted(found.values(), key=lambda s: s.name)
+    if any(is_table(s.name) for s in shards):
+        import_arrow()  # here, in the caller's thread, before the run starts others
     if not shards:
         if glob is not None:
             raise InputError(
-                f"{data}: expected *.jsonl, *.jsonl.gz or *.jsonl.zst files matching --glob "
+                f"{data}: expected {SHARD_PATTERNS} files matching --glob "
                 f"{glob!r}, found none ({len(ignored)} other *.jsonl file(s)); check the pattern "
                 "(relative to the DATA folder)"
             )
         raise InputError(
-            f"{data}: expected shards named *.jsonl, *.jsonl.gz or *.jsonl.zst, found none; "
+            f"{data}: expected shards named {SHARD_PATTERNS}, found none; "
             "check the path or the glob"
         )
     return ShardSet(shards=shards, ignored=tuple(sorted(set(ignored))))
@@ -241,6 +259,8 @@ def _choose(
     warn: Callable[[str], None],
 ) -> Iterator[Shard]:
     """The shards of one DATA folder: ``glob``'s choice, else ``tokenized_data.*`` if any."""
+    if pattern is None:
+        refuse_mixed([f.name for f in files], spec)
     if pattern is not None:
         keep = [f for f in files if pattern.match(_rel(f.path, top))]
         why = f"--glob {glob!r} chose {len(keep)} shard(s)"
@@ -257,6 +277,28 @@ def _choose(
         hint = "" if pattern is not None else "; pass --glob PATTERN to choose the files"
         warn(f"{spec}: {why}; ignored {len(left)} other *.jsonl file(s): {shown}{hint}")
     yield from keep
+
+
+def refuse_mixed(names: Sequence[str], spec: str, *, url: bool = False) -> None:
+    """Refuse a DATA folder whose shards are both JSON Lines and tables (Parquet, Arrow).
+
+    Raises:
+        InputError: It holds both kinds.
+    """
+    tables = [n for n in names if is_table(n)]
+    if tables and len(tables) < len(names):
+        lines = [n for n in names if not is_table(n)]
+        raise InputError(
+            f"{spec}: expected shards of one format, found {len(lines)} JSON Lines file(s) "
+            f"({lines[0]}, ...) and {len(tables)} Parquet/Arrow file(s) ({tables[0]}, ...); the "
+            "same rows in both formats would count twice — "
+            + (
+                "put the pattern in the URL (e.g. …/*/*.parquet)"
+                if url
+                else "pass --glob '*.parquet' (or '*.jsonl', '*.arrow') to choose"
+            )
+            + ", or name the files"
+        )
 
 
 def _discover_one(
@@ -358,10 +400,7 @@ def _walk(top: Path, *, root: Path, warn: Callable[[str], None]) -> Iterator[Sha
             if files
             else "no file directly in it"
         )
-        warn(
-            f"{_rel(d, root)}/: a folder without any *.jsonl, *.jsonl.gz or *.jsonl.zst shard "
-            f"({held}), ignored"
-        )
+        warn(f"{_rel(d, root)}/: a folder without any {SHARD_PATTERNS} shard ({held}), ignored")
 
 
 def _rel(p: Path, root: Path) -> str:
@@ -652,6 +691,8 @@ def lines_at(
         InputError: The shard cannot be read; :class:`CorruptStreamError` when a compressed
             stream is truncated or corrupt before the last line wanted ends.
     """
+    if is_table(shard.name):
+        return table_lines_at(shard, offsets)
     if shard.name.endswith(".jsonl"):
         out: list[bytes | None] = []
         for off in offsets:
@@ -861,7 +902,8 @@ def iter_rows(
         parse: Turns ``(raw, shard=, line=, offset=)`` into the row yielded (raising
             :class:`DataError` for a bad one): :func:`~distprompt.read.validate.parse_row` (a
             :class:`Row`) or :func:`~distprompt.read.fastrow.read_row` (what the pass needs).
-        start, end: Only the lines starting in this byte range (see :func:`iter_lines`).
+        start, end: Only the lines starting in this byte range (see :func:`iter_lines`); of a
+            Parquet or Arrow shard, the rows in this range of row indices.
         lines: When given, ``lines[0]`` is set to the number of lines read.
 
     Blank lines (empty or whitespace only) are not rows and not errors: they are passed over in
@@ -880,6 +922,11 @@ def iter_rows(
     """
     if tally is None:
         tally = Tally()
+    if is_table(shard.name):
+        yield from iter_table_rows(
+            shard, tally=tally, parse=parse, start=start, end=end, lines=lines
+        )
+        return
     lineno = 0
     try:
         for lineno, offset, raw in iter_lines(

@@ -27,9 +27,15 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("distprompt.write.suite")
 
-__all__ = ["SUITE_NAME", "Suite"]
+__all__ = ["SUITE_NAME", "SUITE_PARQUET", "Suite"]
 
 SUITE_NAME = "suite.jsonl"
+#: The same items as :data:`SUITE_NAME`, as a Parquet table with typed columns (see
+#: :meth:`Suite.to_arrow` and docs/formats.md).
+SUITE_PARQUET = "suite.parquet"
+#: Item fields whose values vary in shape (chat turns, tool schemas, template switches,
+#: readings): one JSON text each in ``suite.parquet``, as ``suite.jsonl`` writes them.
+JSON_COLUMNS = ("ambiguities", "messages", "tools", "chat_template_kwargs")
 _JSON_OPTS = orjson.OPT_SORT_KEYS
 
 
@@ -98,6 +104,87 @@ class Suite:
             rows.append(d)
         return pl.DataFrame(rows, infer_schema_length=None)
 
+    def to_arrow(self) -> Any:
+        """The items as a ``pyarrow.Table``: the columns of ``suite.parquet``.
+
+        One column per key of a ``suite.jsonl`` item, in its order: strings, int64 counts,
+        float64 ``weight``, ``provenance`` a struct (``shard``, ``line``, ``offset``),
+        ``prompt_ids``/``response_ids`` lists of int32 (int64 for ids of 2**31 or more), and
+        :data:`JSON_COLUMNS` as JSON text (null where the item has None).
+
+        Example:
+            >>> suite.to_arrow().column("prompt_ids").type  # doctest: +SKIP
+            ListType(list<item: int32>)
+        """
+        import pyarrow as pa
+
+        ids = [i for it in self.items for i in (*it.prompt_ids, *(it.response_ids or ()))]
+        id_type = pa.int32() if not ids or max(ids) < 2**31 else pa.int64()
+        text, count = pa.string(), pa.int64()
+        provenance = pa.struct([("shard", text), ("line", count), ("offset", count)])
+        types = {
+            "id": text, "source": text, "prompt": text, "n_prompt_tokens": count,
+            "n_response_tokens": count, "max_tokens": count, "cluster": count,
+            "cluster_size": count, "weight": pa.float64(), "stratum": text, "duplicates": count,
+            "provenance": provenance, "fidelity": text, "fidelity_reason": text,
+            "structure": text, "ambiguities": text, "messages": text, "tools": text,
+            "chat_template_kwargs": text, "response": text, "prompt_ids": pa.list_(id_type),
+            "response_ids": pa.list_(id_type),
+        }  # fmt: skip
+        rows = [it.to_dict() for it in self.items]
+        for d in rows:
+            for k in JSON_COLUMNS:
+                d[k] = orjson.dumps(d[k]).decode() if d[k] is not None else None
+        schema = pa.schema([(k, t) for k, t in types.items()])
+        return pa.Table.from_pylist(rows, schema=schema)
+
+    def parquet_bytes(self) -> bytes:
+        """``suite.parquet``: :meth:`to_arrow` written with zstd, one row group."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        sink = pa.BufferOutputStream()
+        table = self.to_arrow()
+        pq.write_table(table, sink, compression="zstd", row_group_size=max(1, table.num_rows))
+        return bytes(sink.getvalue().to_pybytes())
+
+    def to_hf(self) -> Any:
+        """The items as a ``datasets.Dataset`` (the columns of :meth:`to_arrow`).
+
+        Example:
+            >>> ds = suite.to_hf()  # doctest: +SKIP
+            >>> ds.filter(lambda r: r["source"] == "glaive").num_rows  # doctest: +SKIP
+            20
+        """
+        import datasets
+
+        return datasets.Dataset(self.to_arrow())
+
+    @classmethod
+    def from_hf(cls, dataset: Any, manifest: dict[str, Any] | None = None) -> Suite:
+        """A suite from a ``datasets.Dataset`` (or ``pyarrow.Table``) with the columns of
+        :meth:`to_arrow`, e.g. ``suite.parquet`` loaded with ``datasets.load_dataset`` and
+        filtered; ``manifest`` defaults to an empty one.
+
+        Raises:
+            InputError: A row is not a suite item.
+        """
+        # Dataset.to_list applies a filter's or a select's indices (its .data would not)
+        rows = dataset.to_list() if hasattr(dataset, "to_list") else dataset.to_pylist()
+        items = []
+        for n, d in enumerate(rows, 1):
+            try:
+                for k in JSON_COLUMNS:
+                    if isinstance(d.get(k), str):
+                        d[k] = orjson.loads(d[k])
+                items.append(SuiteItem.from_dict(d))
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                raise InputError(
+                    f"row {n}: expected a suite item (the columns of suite.parquet), found "
+                    f"{type(exc).__name__}: {exc}; pass a table Suite.to_hf() wrote"
+                ) from exc
+        return cls(items, dict(manifest or {}))
+
     def suite_lines(self) -> list[bytes]:
         return [orjson.dumps(it.to_dict()) for it in self.items]
 
@@ -115,7 +202,8 @@ class Suite:
         temperature: float = 0.0,
         ignore_eos: bool = False,
     ) -> Path:
-        """Write the suite folder: ``suite.jsonl``, client exports, the report files
+        """Write the suite folder: ``suite.jsonl`` (and the same items as ``suite.parquet``),
+        client exports, the report files
         (``report.json``, ``report.md``, PNG plots, ``report.html``) and ``manifest.json``.
 
         The folder is built beside ``out`` and renamed into place, so an interrupted save never
@@ -146,6 +234,7 @@ class Suite:
         tok = tokenizer if tokenizer is not None else self._tokenizer
         with prepare_out_dir(out_path, overwrite=overwrite) as tmp:
             atomic_write_lines(tmp / SUITE_NAME, self.suite_lines())
+            atomic_write_bytes(tmp / SUITE_PARQUET, self.parquet_bytes())
             files = export.write_exports(
                 self.items,
                 tmp,
