@@ -943,10 +943,7 @@ def iter_rows(
                 continue
             yield row
     except CorruptStreamError as exc:
-        if tally.on_error == "raise":
-            raise
-        tally.skip("corrupt_stream", str(exc).split(": ", 1)[0])
-        logger.warning("%s", exc)
+        tally.lost_stream(exc)
         return
     finally:
         if lines is not None:

@@ -432,10 +432,7 @@ def iter_table_rows(
                     continue
                 yield row
     except CorruptStreamError as exc:
-        if tally.on_error == "raise":
-            raise
-        tally.skip("corrupt_stream", str(exc).split(": ", 1)[0])
-        logger.warning("%s", exc)
+        tally.lost_stream(exc)
     finally:
         reader.close()
         if lines is not None:

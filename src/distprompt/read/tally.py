@@ -8,6 +8,7 @@ merge theirs, and the summary, the manifest and ``inspect`` read the counts from
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -59,6 +60,16 @@ class Tally:
         if self.on_error == "raise":
             raise exc
         self.skip(exc.reason, f"{exc.shard}:{exc.line}")
+
+    def lost_stream(self, exc: Exception) -> None:
+        """A shard whose stream cannot be read on (a truncated or corrupt compressed stream, a
+        row group that does not decode): raised when ``on_error`` is ``"raise"``, else counted
+        once as ``corrupt_stream`` at the place its message starts with, and warned about
+        (the rows before it are kept)."""
+        if self.on_error == "raise":
+            raise exc
+        self.skip("corrupt_stream", str(exc).split(": ", 1)[0])
+        logging.getLogger("distprompt.read").warning("%s", exc)
 
     def skip(self, reason: str, where: str) -> None:
         """Count a skipped bad row (or stream) under ``reason``, first seen at ``where``."""
