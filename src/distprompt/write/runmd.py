@@ -17,10 +17,8 @@ Example:
 from __future__ import annotations
 
 import re
-import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from distprompt.errors import ConfigError
@@ -33,17 +31,20 @@ from distprompt.write.clients import (
     ShareGptDrops,
     sharegpt_drops,
 )
+from distprompt.write.commands import (
+    RunContext,
+    commands,
+    count_of,
+    temp_text,
+)
 from distprompt.write.formats import (
-    AIPERF_MULTI_NAME,
     CLIENT_VERSIONS,
-    FORMATS,
     Plan,
     checked_formats,
     has_history,
     has_messages,
     last_user_text,
     out_len,
-    user_texts,
 )
 
 __all__ = ["render_run_md", "run_md"]
@@ -104,10 +105,6 @@ def _ids(items: Iterable[SuiteItem]) -> str:
     shown = ", ".join(f"`{i}`" for i in ids[:_MAX_IDS_SHOWN])
     more = len(ids) - _MAX_IDS_SHOWN
     return shown + (f" … and {more} more" if more > 0 else "")
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _leading_special(prompt: str) -> str | None:
@@ -174,8 +171,11 @@ def _tokenizer_class_warning(tokenizer_name: str) -> str | None:
     )
 
 
-def _median_out(items: Sequence[SuiteItem]) -> int:
-    return int(statistics.median_low([out_len(it) for it in items])) if items else 1
+def _is_path(name: str) -> bool:
+    """Whether a tokenizer name is a filesystem path (not a hub id such as ``org/name``)."""
+    import os
+
+    return bool(name) and (os.path.isabs(name) or name.startswith((".", "~")))
 
 
 def render_run_md(
@@ -196,7 +196,7 @@ def render_run_md(
     versions = ", ".join(f"{k} {v}" for k, v in CLIENT_VERSIONS.items())
     src_counts = Counter(it.source for it in items)
     drops = sharegpt_drops(plan.single, tokenizer) if "sharegpt" in formats else {}
-    ctx = _Ctx(tok=tok, ignore_eos=ignore_eos, temperature=float(temperature), drops=drops)
+    ctx = RunContext(tok=tok, ignore_eos=ignore_eos, temperature=float(temperature), drops=drops)
     lines: list[str] = [
         "# Running this suite",
         "",
@@ -211,7 +211,7 @@ def render_run_md(
         )
         + "Output lengths: the recorded first response (`max_tokens`), at least 1. "
         f"`ignore_eos` in the files: {'true' if ignore_eos else 'false'}.",
-        f"Temperature: every command below sets `temperature` {_temp(ctx.temperature)} "
+        f"Temperature: every command below sets `temperature` {temp_text(ctx.temperature)} "
         f"explicitly{' (greedy)' if ctx.temperature == 0 else ''}; `export --temperature` "
         "changes it.",
         "",
@@ -236,42 +236,43 @@ def render_run_md(
         lines.append("- none")
     lines += ["", "## Commands", ""]
     for fmt in formats:
-        lines.extend(_commands(fmt, plan, ctx=ctx))
+        lines.extend(commands(fmt, plan, ctx=ctx))
         lines.append("")
     lines += _join_section(formats)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-@dataclass(frozen=True, slots=True)
-class _Ctx:
-    """What every command and warning of one RUN.md shares."""
-
-    tok: str
-    ignore_eos: bool
-    temperature: float
-    drops: dict[str, ShareGptDrops]
-
-
-def _is_path(name: str) -> bool:
-    """Whether a tokenizer name is a filesystem path (not a hub id such as ``org/name``)."""
-    import os
-
-    return bool(name) and (os.path.isabs(name) or name.startswith((".", "~")))
-
-
-def _temp(t: float) -> str:
-    """The temperature as written on a command line: ``0`` for greedy, else as given."""
-    return "0" if t == 0 else repr(float(t))
-
-
-def _sends(n: int, what: str = "") -> str:
-    """The request count line that ``scripts/check_clients.py`` checks against the client."""
-    return f"Requests sent: **{n}**{what}."
-
-
-def _warnings(plan: Plan, *, formats: Sequence[str], ctx: _Ctx) -> list[str]:
+def _warnings(plan: Plan, *, formats: Sequence[str], ctx: RunContext) -> list[str]:
+    """RUN.md's warnings, in the order they are listed: turns and history first, then what each
+    client does, then the items' own (BOS, empty replies, recovery, duplicate ids)."""
     items = plan.items
-    ignore_eos = ctx.ignore_eos
+    out = _turn_warnings(plan, formats) + _client_warnings(plan, formats, ctx)
+    if any(f in formats for f in ("vllm_custom", "guidellm", "token_ids")):
+        bos = _bos_warning(items)
+        if bos:
+            out.append(bos)
+    clamped = [it for it in items if it.max_tokens < 1]
+    if clamped:
+        out.append(
+            f"{count_of(len(clamped), 'item')} recorded an empty response; they ask for 1 output "
+            "token: "
+            f"{_ids(clamped)}."
+        )
+    out += _recovery_warnings(plan, formats=formats)
+    dup = sorted(k for k, v in Counter(it.id for it in items).items() if v > 1)
+    if dup:
+        out.append(
+            f"**Duplicate ids** ({len(dup)}): {', '.join(f'`{d}`' for d in dup[:_MAX_IDS_SHOWN])}. "
+            "Results cannot be joined back unambiguously, and AIPerf merges sessions that share "
+            "an id."
+        )
+    return out
+
+
+def _turn_warnings(plan: Plan, formats: Sequence[str]) -> list[str]:
+    """Items without chat turns or user text, history the single-turn files lose, and AIPerf's
+    live replies between turns."""
+    items = plan.items
     n = len(items)
     out: list[str] = []
     no_msgs = [it for it in items if not has_messages(it)]
@@ -288,8 +289,8 @@ def _warnings(plan: Plan, *, formats: Sequence[str], ctx: _Ctx) -> list[str]:
     no_user = [it for it in plan.chat if not last_user_text(it)]
     if no_user and chat_fmts:
         out.append(
-            f"{_count(len(no_user), 'item')} with messages but no user text: {_ids(no_user)}; left "
-            "out of `sharegpt.json` and the AIPerf files."
+            f"{count_of(len(no_user), 'item')} with messages but no user text: "
+            f"{_ids(no_user)}; left out of `sharegpt.json` and the AIPerf files."
         )
     history = [it for it in plan.single if has_history(it)]
     lossy = [f for f in formats if f in ("sharegpt", "aiperf", "by_source")]
@@ -301,7 +302,7 @@ def _warnings(plan: Plan, *, formats: Sequence[str], ctx: _Ctx) -> list[str]:
             "their prompts there are shorter and differ from the training prompt. Use "
             "`openai.jsonl` or `vllm_custom.jsonl` for exact prompts"
             + (
-                f"; GuideLLM too, except for the {_count(n_tools, 'item')} with tool definitions "
+                f"; GuideLLM too, except for the {count_of(n_tools, 'item')} with tool definitions "
                 "(its chat requests carry no `tools`, see below)."
                 if (n_tools := sum(1 for it in items if it.tools))
                 else ", or GuideLLM."
@@ -315,7 +316,7 @@ def _warnings(plan: Plan, *, formats: Sequence[str], ctx: _Ctx) -> list[str]:
         ]
         if live:
             out.append(
-                f"`aiperf_multi_turn.jsonl`: {_count(len(live), 'item')} with assistant or tool "
+                f"`aiperf_multi_turn.jsonl`: {count_of(len(live), 'item')} with assistant or tool "
                 "turns in their history. AIPerf generates the replies between user turns live "
                 "and cannot replay tool results, so these sessions only approximate the recorded "
                 "history. Every turn carries its own `output_length` (earlier turns: the length "
@@ -326,6 +327,15 @@ def _warnings(plan: Plan, *, formats: Sequence[str], ctx: _Ctx) -> list[str]:
             "AIPerf: do not set `HF_HUB_OFFLINE=1` with a local tokenizer folder: AIPerf "
             f"{CLIENT_VERSIONS['aiperf']} then fails to load it (it loads without)."
         )
+    return out
+
+
+def _client_warnings(plan: Plan, formats: Sequence[str], ctx: RunContext) -> list[str]:
+    """What each client does to this suite's files: sharegpt drops, ``ignore_eos`` defaults,
+    tools GuideLLM cannot send, and the loaders' own flags."""
+    items = plan.items
+    ignore_eos = ctx.ignore_eos
+    out: list[str] = []
     if "sharegpt" in formats and plan.single:
         out.extend(_sharegpt_warnings(plan, ctx))
     if "openai" in formats or "sharegpt" in formats or "by_source" in formats:
@@ -350,7 +360,7 @@ def _warnings(plan: Plan, *, formats: Sequence[str], ctx: _Ctx) -> list[str]:
         )
         if tools:
             text += (
-                f" {_count(len(tools), 'item')} with tool definitions left out of "
+                f" {count_of(len(tools), 'item')} with tool definitions left out of "
                 "`guidellm.jsonl` (a `tools` column would make GuideLLM force `tool_choice`); "
                 "their tool calls stay in `messages`."
             )
@@ -378,25 +388,6 @@ def _warnings(plan: Plan, *, formats: Sequence[str], ctx: _Ctx) -> list[str]:
                 "differs from the training prompt; vLLM `spec_bench` applies them through "
                 "`--chat-template-kwargs` (in the commands below)."
             )
-    if any(f in formats for f in ("vllm_custom", "guidellm", "token_ids")):
-        bos = _bos_warning(items)
-        if bos:
-            out.append(bos)
-    clamped = [it for it in items if it.max_tokens < 1]
-    if clamped:
-        out.append(
-            f"{_count(len(clamped), 'item')} recorded an empty response; they ask for 1 output "
-            "token: "
-            f"{_ids(clamped)}."
-        )
-    out += _recovery_warnings(plan, formats=formats)
-    dup = sorted(k for k, v in Counter(it.id for it in items).items() if v > 1)
-    if dup:
-        out.append(
-            f"**Duplicate ids** ({len(dup)}): {', '.join(f'`{d}`' for d in dup[:_MAX_IDS_SHOWN])}. "
-            "Results cannot be joined back unambiguously, and AIPerf merges sessions that share "
-            "an id."
-        )
     return out
 
 
@@ -425,7 +416,7 @@ def _recovery_warnings(plan: Plan, *, formats: Sequence[str]) -> list[str]:
         files = [_CHAT_FILES[f] for f in formats if f in _CHAT_FILES]
         if with_msgs and files:
             text += (
-                f" {_count(len(with_msgs), 'item')} with messages left out of the chat-based "
+                f" {count_of(len(with_msgs), 'item')} with messages left out of the chat-based "
                 f"files ({'; '.join(files)}), so no chat endpoint is sent another prompt."
             )
         text += (
@@ -461,7 +452,7 @@ def _ids_of(ids: Sequence[str]) -> str:
     return shown + (f" … and {more} more" if more > 0 else "")
 
 
-def _sharegpt_warnings(plan: Plan, ctx: _Ctx) -> list[str]:
+def _sharegpt_warnings(plan: Plan, ctx: RunContext) -> list[str]:
     """Per client: what SGLang's and vLLM's sharegpt loaders drop and which lengths they ask."""
     n = len(plan.single)
     v, sg = ctx.drops["vllm"], ctx.drops["sglang"]
@@ -528,286 +519,6 @@ def _length_gaps(diffs: Counter[int]) -> str:
             "it re-tokenizes shorter, by as many tokens as it had"
         )
     return f"{shown}: {why}"
-
-
-def _block(cmd: list[str]) -> list[str]:
-    return ["```bash", " \\\n  ".join(cmd), "```"]
-
-
-def _json_arg(obj: dict[str, Any]) -> str:
-    import json
-
-    return "'" + json.dumps(obj, separators=(",", ":")) + "'"
-
-
-_SGLANG_WARMUP = ", after one warm-up (a first row, at most 32 output tokens)"
-_VLLM_WARMUP = ""  # vLLM skips its ready-check request unless --ready-check-timeout-sec
-
-
-def _sglang(backend: str, *args: str, ctx: _Ctx) -> list[str]:
-    """A ``sglang.bench_serving`` command; SGLang ignores EOS unless told not to.
-
-    The native backend takes ``--temperature``; the OpenAI backends ignore that flag and take
-    ``temperature`` from ``--extra-request-body`` (or from the row, in ``openai.jsonl``).
-    """
-    if backend == "sglang":
-        temp = [f"--temperature {_temp(ctx.temperature)}"]
-    else:
-        temp = [f"--extra-request-body {_json_arg({'temperature': ctx.temperature})}"]
-    return _block(
-        [
-            f"python -m sglang.bench_serving --backend {backend}",
-            "--base-url <URL> --model <MODEL>",
-            f"--tokenizer {ctx.tok}",
-            *args,
-            *temp,
-            *([] if ctx.ignore_eos else ["--disable-ignore-eos"]),
-        ]
-    )
-
-
-def _vllm(backend: str, endpoint: str, *args: str, ctx: _Ctx) -> list[str]:
-    """A ``vllm bench serve`` command; vLLM stops at EOS unless told not to."""
-    return _block(
-        [
-            f"vllm bench serve --backend {backend} --endpoint {endpoint}",
-            "--base-url <URL> --model <MODEL>",
-            f"--tokenizer {ctx.tok}",
-            *args,
-            f"--temperature {_temp(ctx.temperature)}",
-            *(["--ignore-eos"] if ctx.ignore_eos else []),
-        ]
-    )
-
-
-def _guidellm(request_format: str, k: int, ctx: _Ctx) -> list[str]:
-    backend = {
-        "kind": "openai_http",
-        "target": "<URL>",
-        "model": "<MODEL>",
-        "request_format": request_format,
-        "extras": {"body": {"temperature": ctx.temperature}},
-    }
-    return _block(
-        [
-            f"guidellm run --backend {_json_arg(backend)}",
-            f"--tokenizer kind=huggingface_auto,model={ctx.tok}",
-            f"--data {_json_arg({'kind': 'json_file', 'path': 'guidellm.jsonl'})}",
-            f"--profile kind=synchronous --constraint kind=max_requests,count={k}",
-        ]
-    )
-
-
-def _aiperf(*args: str, ctx: _Ctx) -> list[str]:
-    return _block(
-        [
-            "aiperf profile --url <URL> --model <MODEL> --endpoint-type chat --streaming",
-            f"--tokenizer {ctx.tok}",
-            *args,
-            f"--extra-inputs temperature:{_temp(ctx.temperature)}",
-        ]
-    )
-
-
-def _commands(fmt: str, plan: Plan, *, ctx: _Ctx) -> list[str]:
-    if fmt == "openai":
-        k = len(plan.chat)
-        return [
-            f"### `openai.jsonl` — SGLang, exact chat history ({k} rows)",
-            "",
-            "Request keys only; `provenance.jsonl` gives id, source, cluster and provenance for "
-            "the same line number. SGLang keeps file order and sends the first `--num-prompts` "
-            "lines; do not pass `--sharegpt-output-len` (it would replace `max_tokens`). Every "
-            "row carries `temperature`.",
-            "",
-            *_sglang(
-                "sglang-oai-chat",
-                "--dataset-name openai --dataset-path openai.jsonl",
-                f"--num-prompts {k}",
-                ctx=ctx,
-            ),
-            "",
-            _sends(k, ", one a row, `max_completion_tokens` = `max_tokens`" + _SGLANG_WARMUP),
-        ]
-    if fmt == "vllm_custom":
-        k = len(plan.items)
-        return [
-            f"### `vllm_custom.jsonl` — vLLM, rendered prompt on completions ({k} rows)",
-            "",
-            *_vllm(
-                "openai",
-                "/v1/completions",
-                "--dataset-name custom --dataset-path vllm_custom.jsonl",
-                "--skip-chat-template --custom-output-len -1 --no-oversample",
-                "--disable-shuffle",
-                f"--num-prompts {k}",
-                ctx=ctx,
-            ),
-            "",
-            _sends(k, ", one a row in file order, `max_tokens` = `output_tokens`" + _VLLM_WARMUP),
-        ]
-    if fmt == "sharegpt":
-        k = len(plan.single)
-        v, sg = ctx.drops["vllm"], ctx.drops["sglang"]
-        known = v.computed
-        return [
-            f"### `sharegpt.json` — SGLang or vLLM, last user turn only ({k} rows)",
-            "",
-            "The human turn is raw text: use a chat backend so the server applies the template "
-            "once. Both clients drop pairs by their own length rules and ask for the "
-            "re-tokenized response length (see warnings).",
-            "",
-            *_sglang(
-                "sglang-oai-chat",
-                "--dataset-name sharegpt --dataset-path sharegpt.json",
-                f"--num-prompts {k}",
-                ctx=ctx,
-            ),
-            "",
-            _sends(k - sg.total, f" of {k}, shuffled" + _SGLANG_WARMUP)
-            if known
-            else f"Requests sent: up to {k} (drops not counted: no tokenizer at export).",
-            "",
-            *_vllm(
-                "openai-chat",
-                "/v1/chat/completions",
-                "--dataset-name sharegpt --dataset-path sharegpt.json",
-                "--no-oversample --disable-shuffle",
-                f"--num-prompts {k}",
-                ctx=ctx,
-            ),
-            "",
-            _sends(k - v.total, f" of {k}, in file order" + _VLLM_WARMUP)
-            if known
-            else f"Requests sent: up to {k} (drops not counted: no tokenizer at export).",
-        ]
-    if fmt == "token_ids":
-        k = len(plan.items)
-        return [
-            f"### `token_ids.jsonl` — exact prompt ids ({k} rows)",
-            "",
-            "No client in the checked versions loads token ids (SGLang has no token-trace "
-            "dataset; vLLM's `timed_trace` builds random tokens from hashes). Replay it yourself "
-            "against a native endpoint: SGLang `POST /generate` with `input_ids` and "
-            '`sampling_params: {"max_new_tokens": num_output_tokens}`, or vLLM `/v1/completions` '
-            "with the ids as `prompt` (token-id prompts) and `max_tokens`; set `temperature` "
-            f"{_temp(ctx.temperature)} yourself.",
-        ]
-    if fmt == "guidellm":
-        k = len(plan.items)
-        n_chat = len(plan.chat)
-        out = [
-            f"### `guidellm.jsonl` — GuideLLM ({k} rows)",
-            "",
-            "On chat endpoints GuideLLM sends `messages` verbatim (exact history); on "
-            "completions it sends the rendered `prompt`. Rows are not shuffled; `temperature` "
-            "goes in through the backend's `extras`.",
-            "",
-            *_guidellm("/v1/chat/completions", k, ctx),
-            "",
-            _sends(n_chat, f" of {k} on chat (rows without `messages` fail and are skipped)")
-            if n_chat != k
-            else _sends(k, ", in file order"),
-            "",
-            "For completions (every row, rendered prompt):",
-            "",
-            *_guidellm("/v1/completions", k, ctx),
-            "",
-            _sends(k, ", in file order"),
-        ]
-        return out
-    if fmt == "aiperf":
-        k = len(plan.single)
-        n_turns = sum(len([t for t in user_texts(it) if t]) for it in plan.single)
-        extra = (
-            'Rows carry `extra: {"ignore_eos": true}`, so `output_length` is the exact length.'
-            if ctx.ignore_eos
-            else "`output_length` is only a cap (no `ignore_eos` in `extra`)."
-        )
-        return [
-            f"### `aiperf.jsonl` / `{AIPERF_MULTI_NAME}` — AIPerf ({k} items each)",
-            "",
-            "`--custom-dataset-type` applies to a whole file, so the suite comes twice: "
-            "`aiperf.jsonl` (single_turn, last user turn only, file order kept) and "
-            f"`{AIPERF_MULTI_NAME}` (multi_turn, one session per item with its system prompt and "
-            f"user turns, `session_id` = item id, every turn with its `output_length`). {extra} "
-            "Run without `HF_HUB_OFFLINE=1` (see warnings).",
-            "",
-            *_aiperf(
-                "--input-file aiperf.jsonl --custom-dataset-type single_turn",
-                f"--request-count {k} --artifact-dir artifacts/aiperf",
-                ctx=ctx,
-            ),
-            "",
-            _sends(k, ", one a row in file order, `max_completion_tokens` = `output_length`"),
-            "",
-            *_aiperf(
-                f"--input-file {AIPERF_MULTI_NAME} --custom-dataset-type multi_turn",
-                f"--conversation-num {k} --artifact-dir artifacts/aiperf_multi_turn",
-                ctx=ctx,
-            ),
-            "",
-            _sends(n_turns, f", one a user turn of the {k} sessions"),
-            "",
-            "Each run writes its own artifact folder (the same one would be overwritten); "
-            "`distprompt bench-import artifacts/aiperf_multi_turn --suite . --out <RESULTS>` "
-            "joins a run's requests back to the items (every turn counts for speed, the last "
-            "turn of a session for acceptance).",
-        ]
-    if fmt == "by_source":
-        out = [
-            "### `by_source/` — vLLM `spec_bench`, SGLang `speed-bench`, first user turn only",
-            "",
-            "One file per source; output length is a fixed flag, set here to the source's median "
-            "`max_tokens`. Both loaders render the chat template themselves, so the rendered "
-            "text goes to a completions or native endpoint (a chat endpoint would template it "
-            "twice). SGLang renders with the template's defaults (`apply_chat_template` with no "
-            "keyword arguments); vLLM applies `--chat-template-kwargs`. SGLang's "
-            "`--speed-bench-category` accepts only its own entropy names: pass no category.",
-            "",
-        ]
-        if not plan.by_source:
-            return [*out, "No items with recovered user turns: nothing written."]
-        for src, group in plan.by_source.items():
-            rel = f"by_source/{plan.stems[src]}.jsonl"
-            k, med = len(group), _median_out(group)
-            kwargs = _common_kwargs(group)
-            out += [
-                f"`{rel}` — source `{src}`, {_count(k, 'row')}:",
-                "",
-                *_vllm(
-                    "openai",
-                    "/v1/completions",
-                    f"--dataset-name spec_bench --dataset-path {rel}",
-                    f"--spec-bench-output-len {med} --no-oversample --disable-shuffle",
-                    f"--num-prompts {k}",
-                    *([f"--chat-template-kwargs {_json_arg(kwargs)}"] if kwargs else []),
-                    ctx=ctx,
-                ),
-                "",
-                _sends(k, f", in file order, `max_tokens` {med}" + _VLLM_WARMUP),
-                "",
-                *_sglang(
-                    "sglang",
-                    f"--dataset-name speed-bench --dataset-path {rel}",
-                    f"--speed-bench-output-len {med} --num-prompts {k}",
-                    ctx=ctx,
-                ),
-                "",
-                _sends(k, f", shuffled, `max_new_tokens` {med}" + _SGLANG_WARMUP),
-                "",
-            ]
-        return out
-    raise ConfigError(f"formats: expected names from {', '.join(FORMATS)}, found {fmt!r}")
-
-
-def _common_kwargs(group: Sequence[SuiteItem]) -> dict[str, Any]:
-    """The ``chat_template_kwargs`` shared by the most items of a source (vLLM takes one set)."""
-    seen = Counter(tuple(sorted((it.chat_template_kwargs or {}).items())) for it in group)
-    if not seen:
-        return {}
-    best = max(seen.items(), key=lambda kv: (kv[1], repr(kv[0])))[0]
-    return dict(best)
 
 
 def _join_section(formats: Sequence[str]) -> list[str]:
