@@ -59,6 +59,14 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 def render_summary(summary: dict[str, Any]) -> str:
     """``summary.md``: the run, the corpus estimate, per source × concurrency, per cluster."""
+    lines = _run_lines(summary) + _corpus_lines(summary) + _source_lines(summary)
+    lines += _render_profiles(summary.get("profiles") or {})
+    lines += _cluster_lines(summary)
+    return "\n".join(lines) + "\n"
+
+
+def _run_lines(summary: dict[str, Any]) -> list[str]:
+    """The run: server, requests, traffic, limits, warnings, errors, items not sent."""
     meta = summary["meta"]
     state = "complete" if meta.get("complete") else f"INCOMPLETE ({meta.get('stopped', '?')})"
     lines = [
@@ -115,6 +123,13 @@ def render_summary(summary: dict[str, Any]) -> str:
             "Items not sent (chat endpoint needs exact chat turns): "
             + ", ".join(f"{v} ({k})" for k, v in meta["skipped"].items())
         )
+    return lines
+
+
+def _corpus_lines(summary: dict[str, Any]) -> list[str]:
+    """The corpus-weighted estimate per traffic and concurrency."""
+    meta = summary["meta"]
+    lines: list[str] = []
     shares = meta.get("shares", {})
     lines += [
         "",
@@ -166,6 +181,12 @@ def render_summary(summary: dict[str, Any]) -> str:
             for c in summary["corpus"]
         ],
     )
+    return lines
+
+
+def _source_lines(summary: dict[str, Any]) -> list[str]:
+    """Per source and concurrency, with the requests whose counts were estimated."""
+    lines: list[str] = []
     lines += ["", "## Per source and concurrency", ""]
     lines += _table(
         [
@@ -225,7 +246,12 @@ def render_summary(summary: dict[str, Any]) -> str:
         "the per-request mean weighs a short reply as much as a long one. In mixed traffic a "
         "source's row is its share of the mixed window (every source in flight at once).",
     ]
-    lines += _render_profiles(summary.get("profiles") or {})
+    return lines
+
+
+def _cluster_lines(summary: dict[str, Any]) -> list[str]:
+    """Per cluster, for the clusters with enough successful requests."""
+    lines: list[str] = []
     if summary["clusters"]:
         n = summary["method"]["min_cluster_requests"]
         lines += ["", f"## Per cluster (clusters with at least {n} successful requests)", ""]
@@ -244,7 +270,7 @@ def render_summary(summary: dict[str, Any]) -> str:
                 for r in summary["clusters"]
             ],
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _render_profiles(prof: dict[str, Any]) -> list[str]:

@@ -556,17 +556,62 @@ def compare(
         )
     rng = np.random.default_rng(seed)
 
-    def windows(res: Any) -> dict[tuple[str, str, int], list[dict[str, Any]]]:
-        out: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
-        for r in res.requests:
-            out[(_traffic(r), r["source"], int(r["concurrency"]))].append(r)
-        return out
-
-    wa, wb = windows(a), windows(b)
+    wa, wb = _windows(a), _windows(b)
     keys = sorted(set(wa) & set(wb), key=lambda k: (k[0] != "mixed", k[2], k[1]))
     shares = a.meta.get("shares") or b.meta.get("shares") or {}
+    rows, boots = _window_rows(wa, wb, keys, rng, n_boot)
+    modes = [t for t in ("mixed", "per-source") if any(k[0] == t for k in keys)]
+    corpus = _corpus_rows(wa, wb, boots, keys, modes, shares, rng, n_boot)
+    head = modes[0] if modes else "per-source"
+    stops = _stops_paying(
+        [r for r in rows if r["traffic"] == head], [c for c in corpus if c["traffic"] == head]
+    )
+    pos = next(
+        (
+            r["accepted"]
+            for r in (a.summary.get("profiles") or {}).get("by_position", {}).get("rows", [])
+            if r["source"] == "corpus"
+        ),
+        None,
+    )
+    adv = advice(
+        pos or [],
+        [(c["concurrency"], c["speedup"]) for c in corpus if c["traffic"] == head],
+        label=a.meta.get("label"),
+    )
+    return {
+        "a": a.meta.get("label"),
+        "b": b.meta.get("label"),
+        "differences": diffs,
+        "headline": head,
+        "rows": rows,
+        "corpus": corpus,
+        "stops_paying": stops,
+        "advice": adv,
+    }
+
+
+def _windows(res: Any) -> dict[tuple[str, str, int], list[dict[str, Any]]]:
+    """A run's requests by window: ``(traffic, source, concurrency)``."""
+    out: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+    for r in res.requests:
+        out[(_traffic(r), r["source"], int(r["concurrency"]))].append(r)
+    return out
+
+
+_Boots = dict[tuple[str, str, int], tuple["_WindowBoot", "_WindowBoot"]]
+
+
+def _window_rows(
+    wa: dict[tuple[str, str, int], list[dict[str, Any]]],
+    wb: dict[tuple[str, str, int], list[dict[str, Any]]],
+    keys: list[tuple[str, str, int]],
+    rng: np.random.Generator,
+    n_boot: int,
+) -> tuple[list[dict[str, Any]], _Boots]:
+    """The speedup of each window both runs have, and the windows' bootstrap draws."""
     rows = []
-    boots: dict[tuple[str, str, int], tuple[_WindowBoot, _WindowBoot]] = {}
+    boots: _Boots = {}
     for k in keys:
         ba, bb = _window_boot(wa[k], rng, n_boot), _window_boot(wb[k], rng, n_boot)
         pa, pb = float(_speed(ba.tokens, ba.seconds)), float(_speed(bb.tokens, bb.seconds))
@@ -589,8 +634,21 @@ def compare(
                 "ci_high": float(hi),
             }
         )
+    return rows, boots
+
+
+def _corpus_rows(
+    wa: dict[tuple[str, str, int], list[dict[str, Any]]],
+    wb: dict[tuple[str, str, int], list[dict[str, Any]]],
+    boots: _Boots,
+    keys: list[tuple[str, str, int]],
+    modes: list[str],
+    shares: dict[str, float],
+    rng: np.random.Generator,
+    n_boot: int,
+) -> list[dict[str, Any]]:
+    """The corpus speedup per traffic mode and concurrency (see :func:`compare`)."""
     corpus: list[dict[str, Any]] = []
-    modes = [t for t in ("mixed", "per-source") if any(k[0] == t for k in keys)]
     for t in modes:
         for c in sorted({k[2] for k in keys if k[0] == t}):
             if t == "mixed":
@@ -635,33 +693,7 @@ def compare(
                     "ci_high": float(hi),
                 }
             )
-    head = modes[0] if modes else "per-source"
-    stops = _stops_paying(
-        [r for r in rows if r["traffic"] == head], [c for c in corpus if c["traffic"] == head]
-    )
-    pos = next(
-        (
-            r["accepted"]
-            for r in (a.summary.get("profiles") or {}).get("by_position", {}).get("rows", [])
-            if r["source"] == "corpus"
-        ),
-        None,
-    )
-    adv = advice(
-        pos or [],
-        [(c["concurrency"], c["speedup"]) for c in corpus if c["traffic"] == head],
-        label=a.meta.get("label"),
-    )
-    return {
-        "a": a.meta.get("label"),
-        "b": b.meta.get("label"),
-        "differences": diffs,
-        "headline": head,
-        "rows": rows,
-        "corpus": corpus,
-        "stops_paying": stops,
-        "advice": adv,
-    }
+    return corpus
 
 
 def _stops_paying(rows: list[dict[str, Any]], corpus: list[dict[str, Any]]) -> dict[str, Any]:
