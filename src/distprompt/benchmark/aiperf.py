@@ -135,43 +135,8 @@ def import_aiperf(
         data = orjson.loads(inputs.read_bytes()).get("data", [])
         sessions = {str(d.get("session_id")): d.get("payloads") or [] for d in data}
     c = concurrency or _concurrency(path.parent) or 1
-    records = []
-    for n, line in enumerate(path.read_bytes().splitlines(), 1):
-        if line.strip():
-            try:
-                records.append(orjson.loads(line))
-            except orjson.JSONDecodeError as exc:
-                raise InputError(f"{path}:{n}: expected a JSON record, found {exc}") from exc
-    turns_of: dict[str, int] = {}
-    for r in records:
-        md = r.get("metadata") or {}
-        cid = str(md.get("conversation_id"))
-        turns_of[cid] = max(turns_of.get(cid, 0), int(md.get("turn_index") or 0) + 1)
-    t0 = min(
-        (int((r.get("metadata") or {}).get("request_start_ns") or 0) for r in records), default=0
-    )
-    unmatched: Counter[str] = Counter()
-    out_rows = []
-    for r in records:
-        md = r.get("metadata") or {}
-        cid = str(md.get("conversation_id"))
-        turn = int(md.get("turn_index") or 0)
-        last = turns_of[cid] - 1
-        item = by_id.get(cid)
-        if item is None:
-            payloads = sessions.get(cid)
-            if payloads is None:
-                unmatched["no inputs.json entry for the conversation"] += 1
-                continue
-            # the item is the session's last request; its earlier turns are found through it
-            text = _payload_text(payloads[last] if last < len(payloads) else None)
-            cands = texts.get(text or "\0", [])
-            if len(cands) != 1:
-                why = "text matches no item" if not cands else "text matches several items"
-                unmatched[why] += 1
-                continue
-            item = cands[0]
-        out_rows.append(_row(r, item, c, t0, turn=turn, turns=last + 1))
+    records = _records(path)
+    out_rows, unmatched = _joined(records, by_id, texts, sessions, c)
     srcs = sorted({row["source"] for row in out_rows})
     errors = Counter(row["error_kind"] for row in out_rows if row["error_kind"])
     setting = _setting(path.parent, sessions)
@@ -202,6 +167,64 @@ def import_aiperf(
         Path(out).mkdir(parents=True, exist_ok=True)
         res.save(out, overwrite=True)
     return res
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    """The records of AIPerf's ``profile_export.jsonl``.
+
+    Raises:
+        InputError: A line is not JSON.
+    """
+    records = []
+    for n, line in enumerate(path.read_bytes().splitlines(), 1):
+        if line.strip():
+            try:
+                records.append(orjson.loads(line))
+            except orjson.JSONDecodeError as exc:
+                raise InputError(f"{path}:{n}: expected a JSON record, found {exc}") from exc
+    return records
+
+
+def _joined(
+    records: list[dict[str, Any]],
+    by_id: dict[str, SuiteItem],
+    texts: dict[str, list[SuiteItem]],
+    sessions: dict[str, list[Any]],
+    c: int,
+) -> tuple[list[dict[str, Any]], Counter[str]]:
+    """The records as bench rows joined to their items (by session id, else by the text of the
+    session's last turn), and the records that match none, counted by reason."""
+    turns_of: dict[str, int] = {}
+    for r in records:
+        md = r.get("metadata") or {}
+        cid = str(md.get("conversation_id"))
+        turns_of[cid] = max(turns_of.get(cid, 0), int(md.get("turn_index") or 0) + 1)
+    t0 = min(
+        (int((r.get("metadata") or {}).get("request_start_ns") or 0) for r in records), default=0
+    )
+    unmatched: Counter[str] = Counter()
+    out_rows = []
+    for r in records:
+        md = r.get("metadata") or {}
+        cid = str(md.get("conversation_id"))
+        turn = int(md.get("turn_index") or 0)
+        last = turns_of[cid] - 1
+        item = by_id.get(cid)
+        if item is None:
+            payloads = sessions.get(cid)
+            if payloads is None:
+                unmatched["no inputs.json entry for the conversation"] += 1
+                continue
+            # the item is the session's last request; its earlier turns are found through it
+            text = _payload_text(payloads[last] if last < len(payloads) else None)
+            cands = texts.get(text or "\0", [])
+            if len(cands) != 1:
+                why = "text matches no item" if not cands else "text matches several items"
+                unmatched[why] += 1
+                continue
+            item = cands[0]
+        out_rows.append(_row(r, item, c, t0, turn=turn, turns=last + 1))
+    return out_rows, unmatched
 
 
 def _concurrency(run: Path) -> int | None:
