@@ -283,6 +283,27 @@ def _summary(overall_suite: Metrics, overall_random: Metrics, sources: Mapping[s
     )
 
 
+#: What the report's figures mean (``meta.definitions``).
+_DEFINITIONS = {
+    "ks": "Kolmogorov-Smirnov statistic between suite and corpus lengths (corpus: "
+    "every row); weighted variant uses item weights (overall: times the source's "
+    "share of rows)",
+    "response": "output length = the first reply after the prompt as a client asks "
+    "for it (max_tokens: at least 1, capped by max_output_tokens), for the suite's "
+    "items and every corpus row alike; not n_response_tokens (the rest of the row, "
+    "every later turn included)",
+    "ks_within": "overall only: the sources' unweighted KS averaged with weights "
+    "= their share of rows; the overall length verdict uses it, because the pooled "
+    "KS also reflects the allocation, which is the same for suite and random",
+    "mean_distance": "mean Euclidean distance from each candidate to its nearest "
+    "selected item in the reference space (LSA content + z-scored log prompt "
+    "length); lower is better",
+    "represented_share": "share of candidates whose k-means cluster (k = items "
+    "selected from the source) holds a selected item; higher is better",
+    "random": f"uniform random sample of the same size per source, median over {N_RANDOM} seeds",
+}
+
+
 def build_report(
     evidence: Mapping[str, SourceEvidence | None],
     *,
@@ -356,6 +377,58 @@ def build_report(
         }
         curves[s] = _curves(stats[s].prompt_lengths, replies[s], ev)
 
+    pooled_suite, pooled_random = _pooled(evidence, row_share, corpus_prompt, corpus_response)
+    targets = [v["share"]["target"] or 0.0 for v in sources.values()]
+    achieved = [v["share"]["achieved"] or 0.0 for v in sources.values()]
+    overall = {
+        "rows": sum(rows.values()),
+        "candidates": sum(v["candidates"] for v in sources.values()),
+        "selected": n_selected,
+        "share_gap_max": rounded(
+            max((abs(a - t) for a, t in zip(achieved, targets, strict=True)), default=0.0)
+        ),
+        "suite": pooled_suite.to_dict(),
+        "random": pooled_random.to_dict(),
+        "coverage": _coverage_verdict(pooled_suite, pooled_random),
+        "length": _length_verdict(pooled_suite, pooled_random),
+        "recovery": _recovery(items),
+    }
+    curves["overall"] = _curves(
+        corpus_prompt,
+        corpus_response,
+        None,
+        suite=[ev.suite_sample for ev in evidence.values() if ev],
+        rnd=[ev.random_samples[0] for ev in evidence.values() if ev and ev.random_samples],
+    )
+    examples = {s: _examples(by_source.get(s, [])) for s in names}
+    m = dict(meta or {})
+    m.update(
+        {
+            "random_seeds": N_RANDOM,
+            "max_output_tokens": max_output_tokens,
+            "definitions": dict(_DEFINITIONS),
+        }
+    )
+    return Report(
+        summary=_summary(pooled_suite, pooled_random, sources),
+        verdict={"coverage": overall["coverage"], "length": overall["length"]},
+        overall=overall,
+        sources=sources,
+        examples=examples,
+        curves=curves,
+        projection={s: ev.projection for s, ev in evidence.items() if ev and ev.projection},
+        meta=m,
+    )
+
+
+def _pooled(
+    evidence: Mapping[str, SourceEvidence | None],
+    row_share: dict[str, float],
+    corpus_prompt: Counter[int],
+    corpus_response: Counter[int],
+) -> tuple[Metrics, Metrics]:
+    """The overall metrics of the suite and of the random samples (median over the seeds), the
+    sources pooled by their shares of the corpus rows."""
     pooled_suite = pooled_metrics(
         [(s, ev.suite_sample, ev.candidates) for s, ev in evidence.items() if ev],
         row_share,
@@ -383,81 +456,25 @@ def build_report(
         for i in range(n_runs)
     ]
     pooled_random = Metrics.median(pooled_runs) if pooled_runs else Metrics()
-    targets = [v["share"]["target"] or 0.0 for v in sources.values()]
-    achieved = [v["share"]["achieved"] or 0.0 for v in sources.values()]
-    overall = {
-        "rows": sum(rows.values()),
-        "candidates": sum(v["candidates"] for v in sources.values()),
-        "selected": n_selected,
-        "share_gap_max": rounded(
-            max((abs(a - t) for a, t in zip(achieved, targets, strict=True)), default=0.0)
-        ),
-        "suite": pooled_suite.to_dict(),
-        "random": pooled_random.to_dict(),
-        "coverage": _coverage_verdict(pooled_suite, pooled_random),
-        "length": _length_verdict(pooled_suite, pooled_random),
-        "recovery": _recovery(items),
-    }
-    curves["overall"] = _curves(
-        corpus_prompt,
-        corpus_response,
-        None,
-        suite=[ev.suite_sample for ev in evidence.values() if ev],
-        rnd=[ev.random_samples[0] for ev in evidence.values() if ev and ev.random_samples],
-    )
-    examples = {
-        s: [
-            {
-                "cluster": it.cluster,
-                "cluster_size": it.cluster_size,
-                "weight": rounded(it.weight),
-                "id": it.id,
-                "where": f"{it.provenance.shard}:{it.provenance.line}",
-                "n_prompt_tokens": it.n_prompt_tokens,
-                "max_tokens": it.max_tokens,
-                "n_response_tokens": it.n_response_tokens,
-                "prompt": _excerpt(it.prompt),
-            }
-            for it in sorted(by_source.get(s, []), key=lambda it: it.cluster)
-        ]
-        for s in names
-    }
-    m = dict(meta or {})
-    m.update(
+    return pooled_suite, pooled_random
+
+
+def _examples(items: Sequence[SuiteItem]) -> list[dict[str, Any]]:
+    """A source's items as the report lists them, by cluster."""
+    return [
         {
-            "random_seeds": N_RANDOM,
-            "max_output_tokens": max_output_tokens,
-            "definitions": {
-                "ks": "Kolmogorov-Smirnov statistic between suite and corpus lengths (corpus: "
-                "every row); weighted variant uses item weights (overall: times the source's "
-                "share of rows)",
-                "response": "output length = the first reply after the prompt as a client asks "
-                "for it (max_tokens: at least 1, capped by max_output_tokens), for the suite's "
-                "items and every corpus row alike; not n_response_tokens (the rest of the row, "
-                "every later turn included)",
-                "ks_within": "overall only: the sources' unweighted KS averaged with weights "
-                "= their share of rows; the overall length verdict uses it, because the pooled "
-                "KS also reflects the allocation, which is the same for suite and random",
-                "mean_distance": "mean Euclidean distance from each candidate to its nearest "
-                "selected item in the reference space (LSA content + z-scored log prompt "
-                "length); lower is better",
-                "represented_share": "share of candidates whose k-means cluster (k = items "
-                "selected from the source) holds a selected item; higher is better",
-                "random": f"uniform random sample of the same size per source, median over "
-                f"{N_RANDOM} seeds",
-            },
+            "cluster": it.cluster,
+            "cluster_size": it.cluster_size,
+            "weight": rounded(it.weight),
+            "id": it.id,
+            "where": f"{it.provenance.shard}:{it.provenance.line}",
+            "n_prompt_tokens": it.n_prompt_tokens,
+            "max_tokens": it.max_tokens,
+            "n_response_tokens": it.n_response_tokens,
+            "prompt": _excerpt(it.prompt),
         }
-    )
-    return Report(
-        summary=_summary(pooled_suite, pooled_random, sources),
-        verdict={"coverage": overall["coverage"], "length": overall["length"]},
-        overall=overall,
-        sources=sources,
-        examples=examples,
-        curves=curves,
-        projection={s: ev.projection for s, ev in evidence.items() if ev and ev.projection},
-        meta=m,
-    )
+        for it in sorted(items, key=lambda it: it.cluster)
+    ]
 
 
 def _recovery(items: Sequence[SuiteItem]) -> dict[str, Any]:
