@@ -356,60 +356,7 @@ def learn_template(tokenizer: Any) -> TemplateProfile:
             "was rendered with (its tokenizer_config.json or chat_template.jinja carries it)"
         )
     lr = _Learner(tokenizer)
-
-    def u(i: int) -> dict[str, Any]:
-        return {"role": "user", "content": _s("u", i)}
-
-    def a(i: int, content: str | None = None, **extra: Any) -> dict[str, Any]:
-        return {"role": "assistant", "content": _s("a", i) if content is None else content, **extra}
-
-    def t(i: int) -> dict[str, Any]:
-        # Its own id sentinel: the call's id printed twice would not be a slot the second time.
-        return {"role": "tool", "tool_call_id": _id("j", i), "content": _s("t", i)}
-
-    sys0 = {"role": "system", "content": _s("s", 0)}
-    defs = [_tool_def(0), _tool_def(1)]
-
-    def plain_probes(kw: dict[str, Any]) -> bool:
-        base = lr.learn("base_sys", [sys0, u(1), a(2), u(3)], **kw) is not None
-        nosys = lr.learn("base_nosys", [u(0), a(1), u(2)], **kw) is not None
-        if base:
-            # A lone system + user turn: templates that merge the two show their separator here.
-            lr.learn("base_sys_single", [sys0, u(1)], **kw)
-        if base:
-            lr.learn("tools_sys", [sys0, u(1)], defs, **kw)
-            # Templates that put tools (and the system prompt) into the last user turn.
-            lr.learn("tools_sys_multi", [sys0, u(1), a(2), u(3)], defs, **kw)
-        lr.learn("tools_nosys", [u(0)], defs, **kw)
-        lr.learn("tools_nosys_multi", [u(0), a(1), u(2)], defs, **kw)
-        return nosys and base
-
-    def tool_probes(as_string: bool, kw: dict[str, Any]) -> None:
-        def calls(m: int, n: int) -> list[dict[str, Any]]:
-            return [_call(m, k, as_string=as_string) for k in range(n)]
-
-        one = defs[:1]
-        lr.learn("calls", [u(0), a(1, tool_calls=calls(1, 2)), t(2), t(3), a(4), u(5)], one, **kw)
-        steps = [u(0), a(1, "", tool_calls=calls(1, 1)), t(2), a(3, "", tool_calls=calls(3, 2))]
-        lr.learn("calls_multistep", [*steps, t(4), t(5)], one, **kw)
-        lr.learn("calls_then_user", [u(0), a(1, tool_calls=calls(1, 1)), t(2), u(3)], one, **kw)
-        lr.learn("calls_sys", [sys0, u(1), a(2, "", tool_calls=calls(2, 1)), t(3)], one, **kw)
-        for content in (None, ""):
-            reasoned = a(1, content, reasoning_content=_s("r", 1), tool_calls=calls(1, 1))
-            # A second reasoned call after a tool result: agent traces reason at every step.
-            again = a(3, content, reasoning_content=_s("r", 3), tool_calls=calls(3, 1))
-            lr.learn("reasoning_last", [u(0), reasoned, t(2), again, t(4)], one, **kw)
-        if ARG_KEY in lr.kinds_seen:
-            # Key by key, a call without arguments has literals of its own: after its name
-            # comes the next call or the end of the calls, not a key.
-            bare = _call(1, 0, as_string=as_string, bare=True)
-            lr.learn("calls_no_arguments", [u(0), a(1, tool_calls=[bare, *calls(1, 2)[1:]]),
-                     t(2), t(3)], one, **kw)  # fmt: skip
-            last = _call(1, 1, as_string=as_string, bare=True)
-            lr.learn("calls_no_arguments_last", [u(0), a(1, tool_calls=[*calls(1, 1), last]),
-                     t(2), t(3)], one, **kw)  # fmt: skip
-
-    plain_probes({})
+    _plain_probes(lr, {})
     supports_system = lr.outcomes.get("base_sys", False)
     if not lr.outcomes.get("base_nosys"):
         raise TemplateError(
@@ -421,49 +368,19 @@ def learn_template(tokenizer: Any) -> TemplateProfile:
     def args_seen() -> bool:
         return CALL_ARGS in lr.kinds_seen or ARG_KEY in lr.kinds_seen
 
-    tool_probes(as_string=False, kw={})
+    _tool_probes(lr, as_string=False, kw={})
     as_string = not args_seen()
     if as_string:
-        tool_probes(as_string=True, kw={})  # e.g. templates that concatenate arguments as text
+        _tool_probes(lr, as_string=True, kw={})  # e.g. templates that concatenate arguments as text
     supports_calls = args_seen()
     reasoning_rendered = REASONING in lr.kinds_seen
 
-    tags = _reasoning_tags(lr.transitions, template)
-    kept = lr.render(
-        "reasoning_earlier",
-        [u(0), a(1, reasoning_content=_s("r", 1)), u(2)],
-        add_generation_prompt=True,
-    )
-    kept_earlier = kept is not None and _s("r", 1) in kept
-    if tags is not None and not kept_earlier:
-        inline = f"{tags[0]}\n{_s('r', 1)}\n{tags[1]}\n\n{_s('a', 1)}"
-        kept = lr.render("reasoning_inline", [u(0), a(1, inline), u(2)], add_generation_prompt=True)
-        kept_earlier = kept is not None and _s("r", 1) in kept
-    drops = (reasoning_rendered or tags is not None) and not kept_earlier
+    tags, drops = _earlier_reasoning(lr, template, reasoning_rendered)
 
-    # Template switches: every probe again under each value. A switch that only changes how the
-    # prompt ends is a generation variant of the default automaton; one that changes more (a
-    # suffix on user turns, another system block) gets an automaton of its own.
-    variants: set[tuple[str, str, tuple[tuple[str, Any], ...]]] = set()
-    tables: dict[tuple[tuple[str, Any], ...], tuple[tuple[str, str, bool, str], ...]] = {}
-    for var in _template_switches(template, tokenizer):
-        for value in _switch_values(template, var):
-            kw = {var: value}
-            lr.collect = set()
-            plain_probes(kw)
-            tool_probes(as_string, kw)
-            got, lr.collect = lr.collect, None
-            extra = got - lr.transitions
-            if not extra:
-                continue
-            key = ((var, value),)
-            if all(nxt == END for _, nxt, _, _ in extra):
-                variants.update((prev, lit, key) for prev, _, _, lit in extra)
-            else:
-                tables[key] = tuple(sorted(got))
+    variants, tables = _switches(lr, template, tokenizer, as_string)
 
-    plain = lr.render("gen_off", [u(0)], add_generation_prompt=False) or ""
-    with_gen = lr.render("gen_on", [u(0)], add_generation_prompt=True) or ""
+    plain = lr.render("gen_off", [_u(0)], add_generation_prompt=False) or ""
+    with_gen = lr.render("gen_on", [_u(0)], add_generation_prompt=True) or ""
     bos = getattr(tokenizer, "bos_token", None)
     bos = bos if isinstance(bos, str) and bos else None
     style = None
@@ -490,6 +407,127 @@ def learn_template(tokenizer: Any) -> TemplateProfile:
         markers=_markers(tokenizer, lr.transitions, bos, tags),
         probes=tuple(sorted((n, "ok" if ok else "refused") for n, ok in lr.outcomes.items())),
     )
+
+
+def _sys0() -> dict[str, Any]:
+    """A probe's system turn."""
+    return {"role": "system", "content": _s("s", 0)}
+
+
+def _u(i: int) -> dict[str, Any]:
+    """A probe's user turn."""
+    return {"role": "user", "content": _s("u", i)}
+
+
+def _a(i: int, content: str | None = None, **extra: Any) -> dict[str, Any]:
+    """A probe's assistant turn (its own sentinel unless ``content`` is given)."""
+    return {"role": "assistant", "content": _s("a", i) if content is None else content, **extra}
+
+
+def _t(i: int) -> dict[str, Any]:
+    """A probe's tool result."""
+    # Its own id sentinel: the call's id printed twice would not be a slot the second time.
+    return {"role": "tool", "tool_call_id": _id("j", i), "content": _s("t", i)}
+
+
+def _plain_probes(lr: _Learner, kw: dict[str, Any]) -> bool:
+    """The plain and tool-definition probes (under the template switches ``kw``); whether
+    both plain conversations rendered."""
+    sys0, defs = _sys0(), [_tool_def(0), _tool_def(1)]
+    base = lr.learn("base_sys", [sys0, _u(1), _a(2), _u(3)], **kw) is not None
+    nosys = lr.learn("base_nosys", [_u(0), _a(1), _u(2)], **kw) is not None
+    if base:
+        # A lone system + user turn: templates that merge the two show their separator here.
+        lr.learn("base_sys_single", [sys0, _u(1)], **kw)
+    if base:
+        lr.learn("tools_sys", [sys0, _u(1)], defs, **kw)
+        # Templates that put tools (and the system prompt) into the last user turn.
+        lr.learn("tools_sys_multi", [sys0, _u(1), _a(2), _u(3)], defs, **kw)
+    lr.learn("tools_nosys", [_u(0)], defs, **kw)
+    lr.learn("tools_nosys_multi", [_u(0), _a(1), _u(2)], defs, **kw)
+    return nosys and base
+
+
+def _tool_probes(lr: _Learner, as_string: bool, kw: dict[str, Any]) -> None:
+    """The tool-call probes: calls, results, reasoning beside calls, calls without arguments."""
+    sys0, defs = _sys0(), [_tool_def(0), _tool_def(1)]
+
+    def calls(m: int, n: int) -> list[dict[str, Any]]:
+        return [_call(m, k, as_string=as_string) for k in range(n)]
+
+    one = defs[:1]
+    lr.learn("calls", [_u(0), _a(1, tool_calls=calls(1, 2)), _t(2), _t(3), _a(4), _u(5)], one, **kw)
+    steps = [_u(0), _a(1, "", tool_calls=calls(1, 1)), _t(2), _a(3, "", tool_calls=calls(3, 2))]
+    lr.learn("calls_multistep", [*steps, _t(4), _t(5)], one, **kw)
+    lr.learn("calls_then_user", [_u(0), _a(1, tool_calls=calls(1, 1)), _t(2), _u(3)], one, **kw)
+    lr.learn("calls_sys", [sys0, _u(1), _a(2, "", tool_calls=calls(2, 1)), _t(3)], one, **kw)
+    for content in (None, ""):
+        reasoned = _a(1, content, reasoning_content=_s("r", 1), tool_calls=calls(1, 1))
+        # A second reasoned call after a tool result: agent traces reason at every step.
+        again = _a(3, content, reasoning_content=_s("r", 3), tool_calls=calls(3, 1))
+        lr.learn("reasoning_last", [_u(0), reasoned, _t(2), again, _t(4)], one, **kw)
+    if ARG_KEY in lr.kinds_seen:
+        # Key by key, a call without arguments has literals of its own: after its name
+        # comes the next call or the end of the calls, not a key.
+        bare = _call(1, 0, as_string=as_string, bare=True)
+        lr.learn("calls_no_arguments", [_u(0), _a(1, tool_calls=[bare, *calls(1, 2)[1:]]),
+                 _t(2), _t(3)], one, **kw)  # fmt: skip
+        last = _call(1, 1, as_string=as_string, bare=True)
+        lr.learn("calls_no_arguments_last", [_u(0), _a(1, tool_calls=[*calls(1, 1), last]),
+                 _t(2), _t(3)], one, **kw)  # fmt: skip
+
+
+def _earlier_reasoning(
+    lr: _Learner, template: str, reasoning_rendered: bool
+) -> tuple[tuple[str, str] | None, bool]:
+    """The reasoning tags, and whether the template drops the reasoning of earlier turns."""
+    tags = _reasoning_tags(lr.transitions, template)
+    kept = lr.render(
+        "reasoning_earlier",
+        [_u(0), _a(1, reasoning_content=_s("r", 1)), _u(2)],
+        add_generation_prompt=True,
+    )
+    kept_earlier = kept is not None and _s("r", 1) in kept
+    if tags is not None and not kept_earlier:
+        inline = f"{tags[0]}\n{_s('r', 1)}\n{tags[1]}\n\n{_s('a', 1)}"
+        kept = lr.render(
+            "reasoning_inline", [_u(0), _a(1, inline), _u(2)], add_generation_prompt=True
+        )
+        kept_earlier = kept is not None and _s("r", 1) in kept
+    drops = (reasoning_rendered or tags is not None) and not kept_earlier
+
+    return tags, drops
+
+
+def _switches(
+    lr: _Learner, template: str, tokenizer: Any, as_string: bool
+) -> tuple[
+    set[tuple[str, str, tuple[tuple[str, Any], ...]]],
+    dict[tuple[tuple[str, Any], ...], tuple[tuple[str, str, bool, str], ...]],
+]:
+    """The generation variants and the automata of the template's switches."""
+    # Template switches: every probe again under each value. A switch that only changes how the
+    # prompt ends is a generation variant of the default automaton; one that changes more (a
+    # suffix on user turns, another system block) gets an automaton of its own.
+    variants: set[tuple[str, str, tuple[tuple[str, Any], ...]]] = set()
+    tables: dict[tuple[tuple[str, Any], ...], tuple[tuple[str, str, bool, str], ...]] = {}
+    for var in _template_switches(template, tokenizer):
+        for value in _switch_values(template, var):
+            kw = {var: value}
+            lr.collect = set()
+            _plain_probes(lr, kw)
+            _tool_probes(lr, as_string, kw)
+            got, lr.collect = lr.collect, None
+            extra = got - lr.transitions
+            if not extra:
+                continue
+            key = ((var, value),)
+            if all(nxt == END for _, nxt, _, _ in extra):
+                variants.update((prev, lit, key) for prev, _, _, lit in extra)
+            else:
+                tables[key] = tuple(sorted(got))
+
+    return variants, tables
 
 
 def _markers(
