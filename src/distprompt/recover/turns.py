@@ -19,6 +19,7 @@ from typing import Any
 
 from distprompt.records import Ambiguity
 from distprompt.recover.ambiguity import user_reading
+from distprompt.recover.compare import diff_reason, encode_offsets, first_diff, masked_prefix
 from distprompt.recover.template import (
     ARG_KEY,
     ARG_VALUE,
@@ -454,14 +455,6 @@ def _reasoning_opener(text: str, r_slot: _Slot, profile: TemplateProfile) -> str
 # --------------------------------------------------------------------------- recovery
 
 
-def _encode(tokenizer: Any, text: str) -> tuple[list[int], list[tuple[int, int]] | None]:
-    try:
-        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
-    except (NotImplementedError, TypeError, ValueError, KeyError):
-        return list(tokenizer.encode(text, add_special_tokens=False)), None
-
-
 def _render(
     tokenizer: Any,
     turns: list[_Turn],
@@ -482,36 +475,6 @@ def _render(
     return out if isinstance(out, str) else None
 
 
-def _first_diff(a: Sequence[Any], b: Sequence[Any]) -> int:
-    for i, (x, y) in enumerate(zip(a, b, strict=False)):
-        if x != y:
-            return i
-    return min(len(a), len(b))
-
-
-def _diff_reason(tokenizer: Any, want: Sequence[int], got: Sequence[int], what: str) -> str:
-    i = _first_diff(want, got)
-
-    def ctx(ids: Sequence[int]) -> str:
-        return repr(tokenizer.decode(list(ids[max(0, i - 8) : i + 8]), skip_special_tokens=False))
-
-    return (
-        f"{what}: first differing token at index {i} (prompt has {len(want)} tokens, "
-        f"re-encoded {len(got)}); prompt …{ctx(want)}… vs …{ctx(got)}…"
-    )
-
-
-def _masked_prefix(
-    loss_mask: Sequence[int], offsets: list[tuple[int, int]], n_chars: int, shift: int
-) -> list[int]:
-    flags = [0] * n_chars
-    for m, (a, b) in zip(loss_mask, offsets, strict=True):
-        if m:
-            for c in range(max(a - shift, 0), min(b - shift, n_chars)):
-                flags[c] = 1
-    return [0, *itertools.accumulate(flags)]
-
-
 def _repair(
     tokenizer: Any,
     text: str,
@@ -524,7 +487,7 @@ def _repair(
     for _ in range(_MAX_REPAIRS):
         if rendered == text:
             break
-        at = _first_diff(text, rendered or "")
+        at = first_diff(text, rendered or "")
         # The turn holding the first difference, or the next one: a missing opener shows up
         # just before its own turn's first slot.
         near = [t for t in turns if t.end >= at][:2]
@@ -533,7 +496,7 @@ def _repair(
             break
         culprit.choice += 1
         candidate = _render(tokenizer, turns, tools, switches)
-        if candidate is not None and _first_diff(text, candidate) > at:
+        if candidate is not None and first_diff(text, candidate) > at:
             rendered = candidate
         elif culprit.choice + 1 >= len(culprit.variants):
             culprit.choice = (
@@ -657,7 +620,7 @@ def recover_turns(
             "pass loss_mask[:n_prompt_tokens]"
         )
     text = tokenizer.decode(ids, skip_special_tokens=False)
-    enc, offsets = _encode(tokenizer, text)
+    enc, offsets = encode_offsets(tokenizer, text)
     text_ok = enc == ids
     notes: list[str] = []
     shift = 0
@@ -669,7 +632,7 @@ def recover_turns(
     body = text[shift:]
     masked = None
     if loss_mask is not None and offsets is not None and text_ok and any(loss_mask):
-        masked = _masked_prefix(loss_mask, offsets, len(body), shift)
+        masked = masked_prefix(loss_mask, offsets, len(body), shift)
     reading = _best_reading(tokenizer, body, profile, masked)
     if reading is None and masked is not None:
         reading = _best_reading(tokenizer, body, profile, None)  # a mask of another convention
@@ -698,7 +661,7 @@ def recover_turns(
                     tuple(kept), out_tools, "tokens", None, switches, structure, (ambiguity,)
                 )
         return result("tokens", None)
-    got = _encode(tokenizer, rendered)[0] if rendered is not None else []
+    got = encode_offsets(tokenizer, rendered)[0] if rendered is not None else []
     if got == ids:
         return result("tokens", None)
     if (
@@ -713,7 +676,7 @@ def recover_turns(
     if rendered is None:
         notes.append("the chat template raised on the recovered messages")
     if text_ok:
-        notes.append(_diff_reason(tokenizer, ids, got, "re-rendered messages differ"))
+        notes.append(diff_reason(tokenizer, ids, got, "re-rendered messages differ"))
         return result("text", "; ".join(notes))
-    notes.append(_diff_reason(tokenizer, ids, enc, "decoded text does not re-encode"))
+    notes.append(diff_reason(tokenizer, ids, enc, "decoded text does not re-encode"))
     return result("lossy", "; ".join(notes))
