@@ -128,21 +128,7 @@ def load_tokenizer(spec: str | os.PathLike[str] | Any) -> tuple[Any, TokenizerIn
         151669
     """
     if not isinstance(spec, (str, os.PathLike)):
-        if not hasattr(spec, "decode") or not hasattr(spec, "convert_ids_to_tokens"):
-            raise TokenizerError(
-                f"expected a tokenizer path, hub id or transformers tokenizer, found "
-                f"{type(spec).__name__}"
-            )
-        name = str(getattr(spec, "name_or_path", "") or type(spec).__name__)
-        tj = Path(name) / "tokenizer.json" if name else None
-        sha = _sha256(tj) if tj is not None and tj.is_file() else None
-        return spec, TokenizerInfo(
-            name=name,
-            kind="object",
-            sha256=sha,
-            vocab_size=len(spec),
-            has_chat_template=bool(getattr(spec, "chat_template", None)),
-        )
+        return spec, _object_info(spec)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     with warnings.catch_warnings():
         # transformers imports tqdm.auto, which warns in a notebook without ipywidgets; no bar
@@ -158,43 +144,7 @@ def load_tokenizer(spec: str | os.PathLike[str] | Any) -> tuple[Any, TokenizerIn
         )
     path = Path(spec).expanduser()  # "--tokenizer=~/tok" reaches us unexpanded
     try:
-        if path.is_dir():
-            if not any(
-                (path / f).is_file()
-                for f in (
-                    "tokenizer.json",
-                    "tokenizer_config.json",
-                    "tokenizer.model",
-                    "vocab.json",
-                )
-            ):
-                raise TokenizerError(
-                    f"{path}: expected a tokenizer folder (tokenizer.json or "
-                    "tokenizer_config.json), found none; pass the folder that holds them"
-                )
-            tok = AutoTokenizer.from_pretrained(str(path))
-            kind = "folder"
-            tj = path / "tokenizer.json"
-        elif path.is_file():
-            if (path.parent / "tokenizer_config.json").is_file():
-                # The config beside it carries the chat template and special tokens.
-                tok = AutoTokenizer.from_pretrained(str(path.parent))
-            else:
-                tok = PreTrainedTokenizerFast(tokenizer_file=str(path))
-            kind = "file"
-            tj = path
-        elif path.is_absolute() or name.startswith((".", "~")) or os.sep + os.sep in name:
-            raise TokenizerError(
-                f"{name}: expected a tokenizer folder or tokenizer.json, found nothing at that "
-                "path; check --tokenizer"
-            )
-        else:
-            try:  # a cached copy first: no network, no retries
-                tok = AutoTokenizer.from_pretrained(name, local_files_only=True)
-            except (OSError, ValueError):
-                tok = _from_hub(AutoTokenizer, name)
-            kind = "hub"
-            tj = None
+        tok, kind, tj = _load_path(path, name, AutoTokenizer, PreTrainedTokenizerFast)
     except TokenizerError:
         raise
     except (KeyboardInterrupt, SystemExit):
@@ -218,6 +168,76 @@ def load_tokenizer(spec: str | os.PathLike[str] | Any) -> tuple[Any, TokenizerIn
         "tokenizer %s: %d ids, chat template: %s", name, info.vocab_size, info.has_chat_template
     )
     return tok, info
+
+
+def _object_info(spec: Any) -> TokenizerInfo:
+    """The :class:`TokenizerInfo` of an already loaded tokenizer.
+
+    Raises:
+        TokenizerError: ``spec`` is not a tokenizer.
+    """
+    if not hasattr(spec, "decode") or not hasattr(spec, "convert_ids_to_tokens"):
+        raise TokenizerError(
+            f"expected a tokenizer path, hub id or transformers tokenizer, found "
+            f"{type(spec).__name__}"
+        )
+    name = str(getattr(spec, "name_or_path", "") or type(spec).__name__)
+    tj = Path(name) / "tokenizer.json" if name else None
+    sha = _sha256(tj) if tj is not None and tj.is_file() else None
+    return TokenizerInfo(
+        name=name,
+        kind="object",
+        sha256=sha,
+        vocab_size=len(spec),
+        has_chat_template=bool(getattr(spec, "chat_template", None)),
+    )
+
+
+def _load_path(path: Path, name: str, auto: Any, fast: Any) -> tuple[Any, str, Path | None]:
+    """The tokenizer at ``path`` (a folder or a ``tokenizer.json``) or of hub id ``name``, how
+    it was found, and its ``tokenizer.json`` where there is one.
+
+    Raises:
+        TokenizerError: A path that holds no tokenizer.
+    """
+    if path.is_dir():
+        if not any(
+            (path / f).is_file()
+            for f in (
+                "tokenizer.json",
+                "tokenizer_config.json",
+                "tokenizer.model",
+                "vocab.json",
+            )
+        ):
+            raise TokenizerError(
+                f"{path}: expected a tokenizer folder (tokenizer.json or "
+                "tokenizer_config.json), found none; pass the folder that holds them"
+            )
+        tok = auto.from_pretrained(str(path))
+        kind = "folder"
+        tj = path / "tokenizer.json"
+    elif path.is_file():
+        if (path.parent / "tokenizer_config.json").is_file():
+            # The config beside it carries the chat template and special tokens.
+            tok = auto.from_pretrained(str(path.parent))
+        else:
+            tok = fast(tokenizer_file=str(path))
+        kind = "file"
+        tj = path
+    elif path.is_absolute() or name.startswith((".", "~")) or os.sep + os.sep in name:
+        raise TokenizerError(
+            f"{name}: expected a tokenizer folder or tokenizer.json, found nothing at that "
+            "path; check --tokenizer"
+        )
+    else:
+        try:  # a cached copy first: no network, no retries
+            tok = auto.from_pretrained(name, local_files_only=True)
+        except (OSError, ValueError):
+            tok = _from_hub(auto, name)
+        kind = "hub"
+        tj = None
+    return tok, kind, tj
 
 
 def decode(tokenizer: Any, ids: Sequence[int] | np.ndarray, *, keep_special: bool = True) -> str:
