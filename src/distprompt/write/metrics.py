@@ -365,54 +365,23 @@ def measure_source(
         dtype=np.int64,
     )
     trivial = k >= n or content is None or log_length is None
-    from distprompt.choose.cluster import nearest
-
     x = km = x_sq = None
     if not trivial:
         assert content is not None and log_length is not None
         x = reference_space(content, log_length)
         x_sq = (x * x).sum(1)  # once for the six selections measured
         km = _kmeans_labels(x, k, seed=seed)
-    corpus_prompt = _cdf(stats.prompt_lengths)
-    corpus_response = _cdf(max_tokens_histogram(stats.first_reply_lengths, max_output_tokens))
-
-    def near(ix: np.ndarray) -> tuple[np.ndarray | None, float | None]:
-        """Nearest item of each candidate, and the mean distance to it (mean_nearest_distance)."""
-        if x is None:
-            return None, None
-        if ix.size == 0:
-            return None, float("nan")
-        labels, sq_nearest = nearest(x, ix, chunk=_CHUNK, x_sq=x_sq)
-        return labels, _mean_distance(sq_nearest)
-
-    def run(ix: np.ndarray, w: np.ndarray, dist: float | None) -> tuple[Metrics, SelectionSample]:
-        return _measure(
-            ix,
-            w,
-            prompt=prompt,
-            response=response,
-            dist=dist,
-            km_labels=km,
-            corpus_prompt=corpus_prompt,
-            corpus_response=corpus_response,
-        )
-
-    suite, suite_sample = run(idx, np.asarray(weights, dtype=np.float64), near(idx)[1])
-    runs: list[Metrics] = []
-    samples: list[SelectionSample] = []
-    for i in range(n_random):
-        rng = np.random.default_rng([seed, i])
-        ridx = np.sort(rng.choice(n, size=k, replace=False)) if k < n else np.arange(n)
-        # One pass gives the sample's clusters (so its weights) and its mean distance.
-        labels_r, dist = near(ridx)
-        if labels_r is not None:
-            labels_r[ridx] = np.arange(k)  # each item stands for itself, as in cluster.assign
-            rw = np.bincount(labels_r, minlength=k) / n
-        else:
-            rw = np.full(k, 1.0 / k)
-        m, s = run(ridx, rw, dist)
-        runs.append(m)
-        samples.append(s)
+    space = _Space(
+        x=x,
+        x_sq=x_sq,
+        km=km,
+        prompt=prompt,
+        response=response,
+        corpus_prompt=_cdf(stats.prompt_lengths),
+        corpus_response=_cdf(max_tokens_histogram(stats.first_reply_lengths, max_output_tokens)),
+    )
+    suite, suite_sample = space.run(idx, np.asarray(weights, dtype=np.float64), space.near(idx)[1])
+    runs, samples = _random_runs(space, n, k, seed, n_random)
     projection: dict[str, list[Any]] = {}
     if x is not None:
         projection = _projection(x, idx, labels)
@@ -428,6 +397,69 @@ def measure_source(
         random_samples=tuple(samples),
         random_runs=tuple(runs),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Space:
+    """What every selection of one source is measured in: the reference space (None when every
+    candidate is selected), its k-means labels, the candidates' lengths and the corpus CDFs."""
+
+    x: np.ndarray | None
+    x_sq: np.ndarray | None
+    km: np.ndarray | None
+    prompt: np.ndarray
+    response: np.ndarray
+    corpus_prompt: tuple[np.ndarray, np.ndarray] | None
+    corpus_response: tuple[np.ndarray, np.ndarray] | None
+
+    def near(self, ix: np.ndarray) -> tuple[np.ndarray | None, float | None]:
+        """Nearest item of each candidate, and the mean distance to it (mean_nearest_distance)."""
+        from distprompt.choose.cluster import nearest
+
+        if self.x is None:
+            return None, None
+        if ix.size == 0:
+            return None, float("nan")
+        labels, sq_nearest = nearest(self.x, ix, chunk=_CHUNK, x_sq=self.x_sq)
+        return labels, _mean_distance(sq_nearest)
+
+    def run(
+        self, ix: np.ndarray, w: np.ndarray, dist: float | None
+    ) -> tuple[Metrics, SelectionSample]:
+        """The metrics of the selection ``ix`` with item weights ``w``."""
+        return _measure(
+            ix,
+            w,
+            prompt=self.prompt,
+            response=self.response,
+            dist=dist,
+            km_labels=self.km,
+            corpus_prompt=self.corpus_prompt,
+            corpus_response=self.corpus_response,
+        )
+
+
+def _random_runs(
+    space: _Space, n: int, k: int, seed: int, n_random: int
+) -> tuple[list[Metrics], list[SelectionSample]]:
+    """The baseline: ``n_random`` uniform samples of ``k`` of the ``n`` candidates, each item
+    weighted by the candidates nearest to it."""
+    runs: list[Metrics] = []
+    samples: list[SelectionSample] = []
+    for i in range(n_random):
+        rng = np.random.default_rng([seed, i])
+        ridx = np.sort(rng.choice(n, size=k, replace=False)) if k < n else np.arange(n)
+        # One pass gives the sample's clusters (so its weights) and its mean distance.
+        labels_r, dist = space.near(ridx)
+        if labels_r is not None:
+            labels_r[ridx] = np.arange(k)  # each item stands for itself, as in cluster.assign
+            rw = np.bincount(labels_r, minlength=k) / n
+        else:
+            rw = np.full(k, 1.0 / k)
+        m, s = space.run(ridx, rw, dist)
+        runs.append(m)
+        samples.append(s)
+    return runs, samples
 
 
 def _projection(x: np.ndarray, idx: np.ndarray, labels: np.ndarray | None) -> dict[str, list[Any]]:
