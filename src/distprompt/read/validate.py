@@ -199,6 +199,40 @@ def parse_row(raw: bytes | None, *, shard: str, line: int, offset: int) -> Row:
             f"(max_line_bytes, {DEFAULT_MAX_LINE_BYTES >> 20} MiB by default); a newline is "
             "probably missing — fix the shard or run with --on-error skip",
         )
+    obj, suspect = _json_object(raw, shard, line)
+    source = obj["source"]
+    if not isinstance(source, str) or not source.strip():
+        raise _bad(
+            shard,
+            line,
+            "bad_source",
+            f"expected 'source' to be a non-empty string, found {_short(source)}; "
+            "fix the row or run with --on-error skip",
+        )
+    seq_len = _int_field(obj, "seq_len", shard, line)
+    n_prompt = _int_field(obj, "n_prompt_tokens", shard, line)
+    n_resp = _int_field(obj, "n_response_tokens", shard, line)
+    ids = _int_array(obj["input_ids"], "input_ids", shard, line, check_bools=suspect)
+    mask = _int_array(obj["loss_mask"], "loss_mask", shard, line, check_bools=suspect)
+    _check_lengths(ids, mask, seq_len, n_prompt, n_resp, shard, line)
+    return Row(
+        source=source,
+        input_ids=ids,
+        loss_mask=mask.astype(np.int8, copy=False),
+        seq_len=seq_len,
+        n_prompt_tokens=n_prompt,
+        n_response_tokens=n_resp,
+        provenance=Provenance(shard=shard, line=line, offset=offset),
+    )
+
+
+def _json_object(raw: bytes, shard: str, line: int) -> tuple[dict[str, Any], bool]:
+    """The line's JSON object with every required key, and whether its text holds more than
+    the object explains (then a duplicated key has been ruled out).
+
+    Raises:
+        DataError: Not JSON, not an object, a key missing or given twice.
+    """
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -238,20 +272,23 @@ def parse_row(raw: bytes | None, *, shard: str, line: int, offset: int) -> Row:
                 f"expected each key once, found {dup!r} twice (a JSON reader would silently "
                 "keep the last one); fix the writer of this shard or run with --on-error skip",
             )
-    source = obj["source"]
-    if not isinstance(source, str) or not source.strip():
-        raise _bad(
-            shard,
-            line,
-            "bad_source",
-            f"expected 'source' to be a non-empty string, found {_short(source)}; "
-            "fix the row or run with --on-error skip",
-        )
-    seq_len = _int_field(obj, "seq_len", shard, line)
-    n_prompt = _int_field(obj, "n_prompt_tokens", shard, line)
-    n_resp = _int_field(obj, "n_response_tokens", shard, line)
-    ids = _int_array(obj["input_ids"], "input_ids", shard, line, check_bools=suspect)
-    mask = _int_array(obj["loss_mask"], "loss_mask", shard, line, check_bools=suspect)
+    return obj, suspect
+
+
+def _check_lengths(
+    ids: np.ndarray,
+    mask: np.ndarray,
+    seq_len: int,
+    n_prompt: int,
+    n_resp: int,
+    shard: str,
+    line: int,
+) -> None:
+    """The row's ids, mask and counts agree with each other.
+
+    Raises:
+        DataError: The first check that fails.
+    """
     if ids.size and ids.min() < 0:
         raise _bad(
             shard,
@@ -310,12 +347,3 @@ def parse_row(raw: bytes | None, *, shard: str, line: int, offset: int) -> Row:
             f"{n_prompt} + {n_resp} = {n_prompt + n_resp}; one of the counts is wrong, so "
             "where the prompt ends is in doubt — fix the row or run with --on-error skip",
         )
-    return Row(
-        source=source,
-        input_ids=ids,
-        loss_mask=mask.astype(np.int8, copy=False),
-        seq_len=seq_len,
-        n_prompt_tokens=n_prompt,
-        n_response_tokens=n_resp,
-        provenance=Provenance(shard=shard, line=line, offset=offset),
-    )
