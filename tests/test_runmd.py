@@ -304,3 +304,18 @@ def test_llama_class_over_byte_level_tokenizer_is_warned(
     assert "Client tokenizer class" not in run_md(
         items, formats=["sharegpt"], tokenizer_name=str(fixed)
     )
+
+
+def test_notices_open_run_md_in_their_order_and_leave_the_rest_as_it_was(tmp_path: Path) -> None:
+    """What the suite says first (rows skipped, a failed tokenizer check) is rendered with RUN.md,
+    not written into it afterwards: below the heading, each block after a blank line, in order."""
+    items = suite_items()
+    plain = tmp_path / "plain"
+    noted = tmp_path / "noted"
+    write_exports(items, plain, formats=["openai"], tokenizer_name="tok")
+    write_exports(
+        items, noted, formats=["openai"], tokenizer_name="tok", notices=[["> a", "> a2"], ["> b"]]
+    )
+    base = (plain / "RUN.md").read_text(encoding="utf-8").split("\n")
+    got = (noted / "RUN.md").read_text(encoding="utf-8").split("\n")
+    assert got == [base[0], "", "> a", "> a2", "", "> b", *base[1:]]

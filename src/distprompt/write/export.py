@@ -273,6 +273,7 @@ def write_exports(
     ignore_eos: bool = False,
     tokenizer: Any = None,
     temperature: float = 0.0,
+    notices: Sequence[Sequence[str]] = (),
 ) -> dict[str, list[str]]:
     """Write the chosen client files and ``RUN.md`` into ``out_dir``.
 
@@ -291,6 +292,7 @@ def write_exports(
             ``sharegpt.json`` with it, and AIPerf's earlier turns get the recorded reply length.
         temperature: Sampling temperature written into ``openai.jsonl`` and every RUN.md
             command (0: greedy).
+        notices: Markdown blocks RUN.md opens with, below its heading, in this order.
 
     Returns:
         ``{format: [paths written, relative to out_dir, with /]}``, plus ``"run_md"``.
@@ -364,6 +366,7 @@ def write_exports(
         ignore_eos=ignore_eos,
         tokenizer=tokenizer,
         temperature=temperature,
+        notices=notices,
     )
     atomic_write_bytes(out_dir / RUN_MD, text.encode("utf-8"))
     written["run_md"] = [RUN_MD]

@@ -186,9 +186,10 @@ def render_run_md(
     ignore_eos: bool,
     tokenizer: Any = None,
     temperature: float = 0.0,
+    notices: Sequence[Sequence[str]] = (),
 ) -> str:
     """:func:`run_md` of a :class:`~distprompt.write.formats.Plan` whose formats are already
-    checked."""
+    checked; ``notices`` (Markdown blocks) come first, below the heading, in their order."""
     if not temperature >= 0:
         raise ConfigError(f"temperature: expected a number >= 0, found {temperature!r}")
     items = plan.items
@@ -199,6 +200,7 @@ def render_run_md(
     ctx = RunContext(tok=tok, ignore_eos=ignore_eos, temperature=float(temperature), drops=drops)
     lines: list[str] = [
         "# Running this suite",
+        *(line for block in notices for line in ("", *block)),
         "",
         f"{len(items)} items from {len(src_counts)} sources "
         f"({', '.join(f'{s}: {n}' for s, n in sorted(src_counts.items()))}).",

@@ -235,6 +235,12 @@ class Suite:
         with prepare_out_dir(out_path, overwrite=overwrite) as tmp:
             atomic_write_lines(tmp / SUITE_NAME, self.suite_lines())
             atomic_write_bytes(tmp / SUITE_PARQUET, self.parquet_bytes())
+            # what RUN.md says first, below its heading: rows the pass skipped, a failed verdict
+            notices = [
+                b
+                for b in (_skipped_rows(self.manifest), _failed_verdict(self.manifest))
+                if b is not None
+            ]
             files = export.write_exports(
                 self.items,
                 tmp,
@@ -243,13 +249,8 @@ class Suite:
                 tokenizer=tok if tok is not None else _reload_tokenizer(tok_name),
                 temperature=temperature,
                 ignore_eos=ignore_eos,
+                notices=notices,
             )
-            failed = _failed_verdict(self.manifest)
-            if failed is not None and "run_md" in files:
-                _put_on_top(tmp / files["run_md"][0], failed)
-            skipped = _skipped_rows(self.manifest)
-            if skipped is not None and "run_md" in files:
-                _put_on_top(tmp / files["run_md"][0], skipped)
             if self._report is not None:
                 waited = time.perf_counter()
                 pngs = self._plots() if self._plots is not None else None
@@ -437,14 +438,6 @@ def _skipped_rows(manifest: dict[str, Any]) -> list[str] | None:
         f"skip`): {reasons}. The suite and its weights stand for the other rows only "
         "(`manifest.json`, `counts.skipped`).",
     ]
-
-
-def _put_on_top(path: Path, block: list[str]) -> None:
-    """Insert ``block`` below the first heading of a Markdown file (written atomically)."""
-    text = path.read_text(encoding="utf-8").split("\n")
-    at = 1 if text and text[0].startswith("#") else 0
-    out = [*text[:at], "", *block, *text[at:]]
-    atomic_write_bytes(path, "\n".join(out).encode("utf-8"))
 
 
 def _reload_tokenizer(name: str) -> Any:
