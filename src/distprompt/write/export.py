@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -264,6 +264,62 @@ def _by_source_row(item: SuiteItem) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
+def _put_lines(out_dir: Path, rel: str, rows: Iterable[dict[str, Any]]) -> str:
+    atomic_write_lines(out_dir / rel, (_dumps(r) for r in rows))
+    return rel
+
+
+def _write_openai(plan: Plan, out: Path, ignore_eos: bool, temp: float, tok: Any) -> list[str]:
+    rows = (_openai_row(it, ignore_eos=ignore_eos, temperature=temp) for it in plan.chat)
+    return [
+        _put_lines(out, "openai.jsonl", rows),
+        _put_lines(out, PROVENANCE_NAME, (_provenance_row(it) for it in plan.chat)),
+    ]
+
+
+def _write_vllm_custom(plan: Plan, out: Path, *_: Any) -> list[str]:
+    return [_put_lines(out, "vllm_custom.jsonl", map(_vllm_custom_row, plan.items))]
+
+
+def _write_sharegpt(plan: Plan, out: Path, *_: Any) -> list[str]:
+    body = b",\n".join(_dumps(_sharegpt_row(it)) for it in plan.single)
+    atomic_write_bytes(out / "sharegpt.json", b"[\n" + body + b"\n]\n" if body else b"[]\n")
+    return ["sharegpt.json"]
+
+
+def _write_token_ids(plan: Plan, out: Path, *_: Any) -> list[str]:
+    return [_put_lines(out, "token_ids.jsonl", map(_token_ids_row, plan.items))]
+
+
+def _write_guidellm(plan: Plan, out: Path, *_: Any) -> list[str]:
+    return [_put_lines(out, "guidellm.jsonl", map(_guidellm_row, plan.items))]
+
+
+def _write_aiperf(plan: Plan, out: Path, ignore_eos: bool, temp: float, tok: Any) -> list[str]:
+    single = (_aiperf_single_row(it, ignore_eos=ignore_eos) for it in plan.single)
+    multi = (_aiperf_multi_row(it, ignore_eos=ignore_eos, tokenizer=tok) for it in plan.single)
+    return [_put_lines(out, "aiperf.jsonl", single), _put_lines(out, AIPERF_MULTI_NAME, multi)]
+
+
+def _write_by_source(plan: Plan, out: Path, *_: Any) -> list[str]:
+    return [
+        _put_lines(out, f"by_source/{plan.stems[src]}.jsonl", map(_by_source_row, group))
+        for src, group in plan.by_source.items()
+    ]
+
+
+#: The writer of each format: ``(plan, out_dir, ignore_eos, temperature, tokenizer) -> paths``.
+_WRITERS: dict[str, Callable[[Plan, Path, bool, float, Any], list[str]]] = {
+    "openai": _write_openai,
+    "vllm_custom": _write_vllm_custom,
+    "sharegpt": _write_sharegpt,
+    "token_ids": _write_token_ids,
+    "guidellm": _write_guidellm,
+    "aiperf": _write_aiperf,
+    "by_source": _write_by_source,
+}
+
+
 def write_exports(
     items: Sequence[SuiteItem],
     out_dir: Path,
@@ -313,52 +369,8 @@ def write_exports(
     plan = Plan.of(items)
     written: dict[str, list[str]] = {}
 
-    def put_lines(rel: str, rows: Iterable[dict[str, Any]]) -> str:
-        atomic_write_lines(out_dir / rel, (_dumps(r) for r in rows))
-        return rel
-
     for fmt in fmts:
-        if fmt == "openai":
-            written[fmt] = [
-                put_lines(
-                    "openai.jsonl",
-                    (
-                        _openai_row(it, ignore_eos=ignore_eos, temperature=temperature)
-                        for it in plan.chat
-                    ),
-                ),
-                put_lines(PROVENANCE_NAME, (_provenance_row(it) for it in plan.chat)),
-            ]
-        elif fmt == "vllm_custom":
-            written[fmt] = [put_lines("vllm_custom.jsonl", map(_vllm_custom_row, plan.items))]
-        elif fmt == "sharegpt":
-            body = b",\n".join(_dumps(_sharegpt_row(it)) for it in plan.single)
-            data = b"[\n" + body + b"\n]\n" if body else b"[]\n"
-            atomic_write_bytes(out_dir / "sharegpt.json", data)
-            written[fmt] = ["sharegpt.json"]
-        elif fmt == "token_ids":
-            written[fmt] = [put_lines("token_ids.jsonl", map(_token_ids_row, plan.items))]
-        elif fmt == "guidellm":
-            written[fmt] = [put_lines("guidellm.jsonl", map(_guidellm_row, plan.items))]
-        elif fmt == "aiperf":
-            written[fmt] = [
-                put_lines(
-                    "aiperf.jsonl",
-                    (_aiperf_single_row(it, ignore_eos=ignore_eos) for it in plan.single),
-                ),
-                put_lines(
-                    AIPERF_MULTI_NAME,
-                    (
-                        _aiperf_multi_row(it, ignore_eos=ignore_eos, tokenizer=tokenizer)
-                        for it in plan.single
-                    ),
-                ),
-            ]
-        elif fmt == "by_source":
-            written[fmt] = [
-                put_lines(f"by_source/{plan.stems[src]}.jsonl", map(_by_source_row, group))
-                for src, group in plan.by_source.items()
-            ]
+        written[fmt] = _WRITERS[fmt](plan, out_dir, ignore_eos, temperature, tokenizer)
     text = render_run_md(
         plan,
         formats=fmts,
