@@ -25,10 +25,10 @@ from distprompt.errors import (
 
 if _TYPE_CHECKING:
     from distprompt.benchmark.aiperf import import_aiperf
+    from distprompt.benchmark.compare import compare as bench_compare
     from distprompt.benchmark.report import render_compare as render_bench_compare
     from distprompt.benchmark.report import render_summary as render_bench_summary
     from distprompt.benchmark.run import BenchInterrupted, BenchResults, bench
-    from distprompt.benchmark.stats import compare as bench_compare
     from distprompt.config import Config
     from distprompt.corpus import CorpusInfo
     from distprompt.evaluate.drafters import Drafter, SpecCounts
@@ -43,7 +43,7 @@ _LAZY = {
     "BenchInterrupted": "distprompt.benchmark.run",
     "BenchResults": "distprompt.benchmark.run",
     "bench": "distprompt.benchmark.run",
-    "bench_compare": "distprompt.benchmark.stats",
+    "bench_compare": "distprompt.benchmark.compare",
     "import_aiperf": "distprompt.benchmark.aiperf",
     "render_bench_compare": "distprompt.benchmark.report",
     "render_bench_summary": "distprompt.benchmark.report",

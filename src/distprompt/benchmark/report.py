@@ -476,7 +476,7 @@ def write_summary_files(out: Path, summary: dict[str, Any], meta: dict[str, Any]
 
 
 def render_compare(cmp: dict[str, Any]) -> str:
-    """Markdown of :func:`distprompt.benchmark.stats.compare`."""
+    """Markdown of :func:`distprompt.benchmark.compare.compare`."""
     lines = [f"# {cmp['a']} vs {cmp['b']} (speedup = output tok/s of {cmp['a']} / {cmp['b']})", ""]
     if cmp.get("differences"):
         lines += [

@@ -393,14 +393,12 @@ def bench(
     items, skipped = _items_to_send(
         s.items, suite, api=api, sources=sources, max_items=max_items, allow_inexact=allow_inexact
     )
-    srcs = sorted({it.source for it in items})
-    shares = source_shares(s.manifest, srcs)
+    shares = source_shares(s.manifest, sorted({it.source for it in items}))
     n_mixed = mixed_requests or len(items)
     plan = windows_plan(items, traffic, levels, shares, n_mixed, seed)
     passes = len(levels) * (2 if traffic == "both" else 1)
     mixed = next((p[3] for p in plan if p[1] == "mixed"), [])
     repeats = len(mixed) - len({j.item.id for j in mixed})
-
     # the traps of this run, said once the server's limits are read
     checks = functools.partial(
         preflight_warnings, items, levels, flush_cache=flush_cache, passes=passes, repeats=repeats

@@ -343,38 +343,18 @@ def build_report(
         selected = {s: len(v) for s, v in by_source.items()}
     n_selected = sum(selected.values())
     total_items = n_selected or 1
-    corpus_prompt: Counter[int] = Counter()
-    # Output lengths: the first reply as a client asks for it (max_tokens), not
-    # n_response_tokens (the rest of the row, every later turn included).
-    replies = {
-        s: max_tokens_histogram(stats[s].first_reply_lengths, max_output_tokens) for s in names
-    }
-    corpus_response: Counter[int] = Counter()
-    for s in names:
-        corpus_prompt.update(stats[s].prompt_lengths)
-        corpus_response.update(replies[s])
+    replies, corpus_prompt, corpus_response = _histograms(stats, max_output_tokens)
 
     sources: dict[str, dict[str, Any]] = {}
     curves: dict[str, dict[str, Any]] = {}
     for s in names:
         ev = evidence.get(s)
-        suite_m = ev.suite if ev else Metrics()
-        rnd_m = ev.random if ev else Metrics()
-        sources[s] = {
-            "rows": rows[s],
-            "candidates": ev.candidates if ev else 0,
-            "selected": selected.get(s, 0),
-            "share": {
-                "corpus": rounded(row_share[s]),
-                "target": rounded(quotas[s].target / total_target if s in quotas else 0.0),
-                "achieved": rounded(selected.get(s, 0) / total_items),
-            },
-            "suite": suite_m.to_dict(),
-            "random": rnd_m.to_dict(),
-            "coverage": _coverage_verdict(suite_m, rnd_m),
-            "length": _length_verdict(suite_m, rnd_m),
-            "recovery": _recovery(by_source.get(s, [])),
+        share = {
+            "corpus": rounded(row_share[s]),
+            "target": rounded(quotas[s].target / total_target if s in quotas else 0.0),
+            "achieved": rounded(selected.get(s, 0) / total_items),
         }
+        sources[s] = _source_entry(ev, rows[s], selected.get(s, 0), share, by_source.get(s, []))
         curves[s] = _curves(stats[s].prompt_lengths, replies[s], ev)
 
     pooled_suite, pooled_random = _pooled(evidence, row_share, corpus_prompt, corpus_response)
@@ -419,6 +399,50 @@ def build_report(
         projection={s: ev.projection for s, ev in evidence.items() if ev and ev.projection},
         meta=m,
     )
+
+
+def _histograms(
+    stats: Mapping[str, SourceStats], max_output_tokens: int | None
+) -> tuple[dict[str, Counter[int]], Counter[int], Counter[int]]:
+    """Each source's output-length histogram, and the corpus's prompt and output lengths.
+
+    Output lengths are the first reply as a client asks for it (``max_tokens``), not
+    ``n_response_tokens`` (the rest of the row, every later turn included).
+    """
+    names = sorted(stats)
+    replies = {
+        s: max_tokens_histogram(stats[s].first_reply_lengths, max_output_tokens) for s in names
+    }
+    corpus_prompt: Counter[int] = Counter()
+    corpus_response: Counter[int] = Counter()
+    for s in names:
+        corpus_prompt.update(stats[s].prompt_lengths)
+        corpus_response.update(replies[s])
+    return replies, corpus_prompt, corpus_response
+
+
+def _source_entry(
+    ev: SourceEvidence | None,
+    rows: int,
+    selected: int,
+    share: dict[str, Any],
+    items: Sequence[SuiteItem],
+) -> dict[str, Any]:
+    """A source's entry of the report: counts, shares, metrics of the suite and of random
+    samples, the verdicts and the recovery of its items."""
+    suite_m = ev.suite if ev else Metrics()
+    rnd_m = ev.random if ev else Metrics()
+    return {
+        "rows": rows,
+        "candidates": ev.candidates if ev else 0,
+        "selected": selected,
+        "share": share,
+        "suite": suite_m.to_dict(),
+        "random": rnd_m.to_dict(),
+        "coverage": _coverage_verdict(suite_m, rnd_m),
+        "length": _length_verdict(suite_m, rnd_m),
+        "recovery": _recovery(items),
+    }
 
 
 def _pooled(
