@@ -520,7 +520,7 @@ def test_boundary_lines(path: str, raw: bytes) -> None:
 def test_fresh_buffers_for_huge_bodies(monkeypatch: pytest.MonkeyPatch) -> None:
     """Bodies over the kept buffers' bound get fresh temporaries: the same verdicts."""
     monkeypatch.setattr(fastrow, "SHORT_LINE", 0)
-    monkeypatch.setattr(fastrow, "_SCRATCH_MAX", 8)
+    monkeypatch.setattr(fastrow, "SCRATCH_MAX", 8)
     for raw in [*EDGE_LINES, *BOUNDARY_LINES]:
         agree(raw)
 

@@ -152,7 +152,7 @@ def test_herding_guard_gives_the_same_picks_however_far_it_scans(
         docs.append(d)
     docs += [rng.integers(1000 * (i + 1), 1000 * (i + 1) + 400, size=60) for i in range(4)]
     feats = vectorize(docs, seed=0, dims=8)
-    monkeypatch.setattr(sel._Guard, "_MAX_SCAN", max_scan)
+    monkeypatch.setattr(sel, "GUARD_SCAN", max_scan)
     got = sel.herding(feats.joint, 12, tfidf=feats.tfidf, near_duplicate=0.5)
     assert got == _herding_reference(feats.joint, 12, feats.tfidf, 0.5)
     assert sum(1 for i in got[:5] if i < 150) == 1  # every distinct prompt before a second copy

@@ -129,6 +129,11 @@ def herding(
     return picked
 
 
+#: Candidates the near-duplicate guard compares in one step, one at a time, before it compares
+#: the whole pool at once.
+GUARD_SCAN = 64
+
+
 class _Guard:
     """The near-duplicate guard of :func:`herding`, evaluated where it can change a pick.
 
@@ -143,8 +148,6 @@ class _Guard:
     When a step has to look at many candidates (a pool of near-duplicates), the guard turns to
     the product over the whole pool, which is then cheaper than one comparison at a time.
     """
-
-    _MAX_SCAN = 64  # candidates compared in one step before the whole pool is
 
     def __init__(self, tfidf: Any, threshold: float, n: int) -> None:
         rows = tfidf.tocsr()
@@ -192,7 +195,7 @@ class _Guard:
         """The best-scored candidate not near the suite (any best one when all are)."""
         masked = score.copy()
         masked[self.near] = -np.inf
-        for _ in range(self._MAX_SCAN if not self.eager else 0):
+        for _ in range(GUARD_SCAN if not self.eager else 0):
             if np.all(self.near | taken):
                 return int(np.argmax(score))
             j = int(np.argmax(masked))

@@ -353,7 +353,7 @@ class _Scratch(threading.local):
 
     A fresh temporary of a long row's size is a fresh ``mmap`` for the allocator (over its
     threshold of 128 KB): dozens of page faults per temporary, which cost more than the checks
-    themselves. Bodies longer than :data:`_SCRATCH_MAX` get fresh temporaries (kept buffers stay
+    themselves. Bodies longer than :data:`SCRATCH_MAX` get fresh temporaries (kept buffers stay
     bounded).
     """
 
@@ -363,7 +363,7 @@ class _Scratch(threading.local):
 
     def get(self, n: int) -> tuple[np.ndarray, ...]:
         """Four boolean buffers of at least ``n`` elements."""
-        if n > _SCRATCH_MAX:
+        if n > SCRATCH_MAX:
             return tuple(np.empty(n, dtype=bool) for _ in range(4))
         if n > self.size:
             self.size = max(n, 2 * self.size, 1 << 16)
@@ -371,7 +371,8 @@ class _Scratch(threading.local):
         return self.bufs
 
 
-_SCRATCH_MAX = 4 << 20
+#: Bodies longer than this (bytes) get fresh temporaries instead of the kept buffers.
+SCRATCH_MAX = 4 << 20
 _scratch = _Scratch()
 
 
