@@ -11,6 +11,7 @@ them. Candidates: :func:`candidate`, :func:`grouped_candidates`; a small report 
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import random
@@ -259,13 +260,15 @@ def _report_items(cands: list[Any], idx: list[int], weights: list[float]) -> lis
     ]
 
 
-def two_source_report() -> Any:
+def two_source_report(*, items_later: bool = False, fidelity: bool = False) -> Any:
     """A :class:`~distprompt.write.report.Report` of two sources built on
     :func:`grouped_candidates`: ``a`` (40 rows) takes one item per group, ``b`` (20 rows) the two
-    shortest groups."""
+    shortest groups. ``items_later``: built before the items (their counts only), then
+    completed with them (:func:`~distprompt.write.report.with_items`), as the pipeline does;
+    ``fidelity``: the items carry recovery verdicts (token-exact or not, by turns or flat)."""
     from distprompt.choose.stratify import Quota
     from distprompt.write.metrics import measure_source
-    from distprompt.write.report import build_report
+    from distprompt.write.report import build_report, with_items
 
     a, ca, sa = grouped_candidates("a", per=10)  # 40 rows
     b, cb, sb = grouped_candidates("b", per=5)  # 20 rows
@@ -290,10 +293,21 @@ def two_source_report() -> Any:
         ),
     }
     items = _report_items(a, [0, 10, 20, 30], [0.25] * 4) + _report_items(b, [0, 5], [0.5, 0.5])
+    if fidelity:
+        kinds = [("tokens", "turns"), ("text", "turns"), ("lossy", "flat")]
+        items = [
+            dataclasses.replace(it, fidelity=kinds[i % 3][0], structure=kinds[i % 3][1])
+            for i, it in enumerate(items)
+        ]
     quotas = {"a": Quota("a", 4, 4), "b": Quota("b", 4, 4)}
-    return build_report(
-        ev, stats={"a": sa, "b": sb}, quotas=quotas, items=items, meta={"method": "test"}
-    )
+    stats = {"a": sa, "b": sb}
+    if items_later:
+        early = build_report(
+            ev, stats=stats, quotas=quotas, items=(), selected={"a": 4, "b": 2},
+            meta={"method": "test"},
+        )  # fmt: skip
+        return with_items(early, items)
+    return build_report(ev, stats=stats, quotas=quotas, items=items, meta={"method": "test"})
 
 
 def suite_item(n: int, *, source: str = "s", **fields: Any) -> Any:

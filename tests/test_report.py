@@ -48,6 +48,27 @@ def test_build_report_shares_and_overall() -> None:
     assert rep.meta["method"] == "test" and rep.meta["random_seeds"] == 5
 
 
+@pytest.mark.parametrize("fidelity", [False, True])
+def test_report_built_before_the_items_and_completed_equals_one_built_with_them(
+    fidelity: bool,
+) -> None:
+    """The pipeline builds the report once, before decoding (its plots are drawn from it),
+    and completes it with the items: the same report as built from the items."""
+    whole = two_source_report(fidelity=fidelity)
+    later = two_source_report(items_later=True, fidelity=fidelity)
+    assert later == whole
+    if fidelity:
+        assert whole.overall["recovery"]["tokens"] == pytest.approx(2 / 6)
+
+
+def test_with_items_refuses_other_items() -> None:
+    from distprompt.write.report import with_items
+
+    rep = two_source_report()
+    with pytest.raises(ValueError, match="expected the items the report was built for"):
+        with_items(rep, [])
+
+
 def test_report_files_roundtrip_and_rerender(tmp_path: Path) -> None:
     rep = two_source_report()
     written = rep.write(tmp_path)

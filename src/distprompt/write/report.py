@@ -23,7 +23,7 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +46,15 @@ if TYPE_CHECKING:
     from distprompt.choose.stratify import Quota
     from distprompt.records import SourceStats, SuiteItem
 
-__all__ = ["REPORT_HTML", "REPORT_JSON", "REPORT_MD", "Report", "build_report", "render_report"]
+__all__ = [
+    "REPORT_HTML",
+    "REPORT_JSON",
+    "REPORT_MD",
+    "Report",
+    "build_report",
+    "render_report",
+    "with_items",
+]
 
 logger = logging.getLogger("distprompt.write.report")
 
@@ -399,6 +407,26 @@ def build_report(
         projection={s: ev.projection for s, ev in evidence.items() if ev and ev.projection},
         meta=m,
     )
+
+
+def with_items(report: Report, items: Sequence[SuiteItem]) -> Report:
+    """The report :func:`build_report` made before the items were decoded (``items=()``,
+    ``selected`` their counts per source), completed with them: their recovery rates and the
+    examples. Equal to :func:`build_report` given the items, so the report is built once.
+
+    Raises:
+        ValueError: The items are not as many per source as the report's ``selected``.
+    """
+    by_source: dict[str, list[SuiteItem]] = {s: [] for s in report.sources}
+    for it in items:
+        by_source.setdefault(it.source, []).append(it)
+    counts = {s: len(v) for s, v in by_source.items()}
+    if counts != {s: v["selected"] for s, v in report.sources.items()}:
+        raise ValueError("with_items: expected the items the report was built for")
+    sources = {s: {**v, "recovery": _recovery(by_source[s])} for s, v in report.sources.items()}
+    examples = {s: _examples(by_source[s]) for s in report.sources}
+    overall = {**report.overall, "recovery": _recovery(items)}
+    return replace(report, sources=sources, overall=overall, examples=examples)
 
 
 def _histograms(
