@@ -77,10 +77,8 @@ def _cli_type(option: Option, hint: Any) -> Any:
 def _option_param(option: Option, hint: Any) -> inspect.Parameter:
     info = typer.Option(option.flag, help=option.help, metavar=option.metavar, min=option.min)
     annotation = cast(Any, Annotated)[_cli_type(option, hint), info]
-    return inspect.Parameter(
-        option.param, inspect.Parameter.KEYWORD_ONLY, default=option.cli_default,
-        annotation=annotation,
-    )  # fmt: skip
+    kind = inspect.Parameter.KEYWORD_ONLY
+    return inspect.Parameter(option.param, kind, default=option.cli_default, annotation=annotation)
 
 
 def _field_value(option: Option, value: Any) -> Any:
@@ -89,7 +87,7 @@ def _field_value(option: Option, value: Any) -> Any:
     return not value if option.negate else value
 
 
-def config_options(command: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+def _config_options(command: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Give a command the options of the :class:`Config` fields it takes
     (:data:`~distprompt.config.COMMAND_GROUPS`), generated from the fields' metadata.
 
@@ -112,14 +110,13 @@ def config_options(command: str) -> Callable[[Callable[..., None]], Callable[...
         @functools.wraps(fn)
         def run(**kwargs: Any) -> None:
             given = {o.name: kwargs.pop(o.param) for o in opts}
+            # None from an option whose field has a default: not given, the library decides
             fn(
                 **kwargs,
                 options={
-                    o.name: _field_value(o, given[o.name])
-                    for o in opts
-                    if not (
-                        given[o.name] is None and o.cli_default is None and o.default is not None
-                    )
+                    o.name: _field_value(o, v)
+                    for o, v in zip(opts, given.values(), strict=True)
+                    if v is not None or o.default is None
                 },
             )
 
@@ -155,7 +152,7 @@ def _warn(msg: str) -> None:
 
 
 @app.command(short_help="Build a benchmark prompt suite from tokenized shards.")
-@config_options("export")
+@_config_options("export")
 def export(
     data: Data,
     tokenizer: Annotated[
@@ -182,7 +179,7 @@ def export(
 
 
 @app.command("inspect", short_help="What is in a corpus; check a tokenizer against it.")
-@config_options("inspect")
+@_config_options("inspect")
 def inspect_cmd(
     data: Data,
     tokenizer: Annotated[
