@@ -170,3 +170,17 @@ def test_export_suite_refuses_a_bad_temperature_before_any_shard(tmp_path) -> No
         with pytest.raises(ConfigError, match=next(iter(bad))):
             export_suite(data, tmp_path / "out", tokenizer=tmp_path / "no-tok", **bad)
     assert not (tmp_path / "out").exists()
+
+
+def test_errors_name_each_option_as_the_library_spells_it() -> None:
+    """``errors.api_message`` turns a flag in a message into the library's argument; its table
+    of flags (errors.py imports nothing, so it cannot read the metadata) agrees with it."""
+    from distprompt.config import options
+    from distprompt.errors import api_message
+
+    for o in options():
+        flag = o.flag.split("/")[0]
+        if isinstance(o.default, bool) and "/" not in o.flag:
+            assert api_message(flag) == f"`{o.name}={o.negate is False}`", o.name
+        else:
+            assert api_message(flag) == f"`{o.name}`", o.name
