@@ -194,3 +194,87 @@ def test_options_that_would_be_ignored_together_exit_2(
     assert main(["export", str(corpus), "-t", "no/such-tokenizer", "--out", str(out), *args]) == 2
     assert said in capsys.readouterr().err
     assert not out.exists()
+
+
+def _unopenable_data(tmp_path: Path) -> Path:
+    """A DATA folder whose one shard fails the moment it is opened (not gzip inside)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "tokenized_data.jsonl.gz").write_bytes(b"not gzip at all\n")
+    return data
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--temperature", "nan"], "--temperature"),
+        (["--temperature", "inf"], "expected temperature to be a finite number >= 0, found inf"),
+        (["--temperature", "-0.5"], "--temperature"),
+        (["--formats", "openai,csv"], "formats: expected names from openai"),
+        (["--near-duplicate", "nan"], "--near-duplicate"),
+        (["--near-duplicate", "1.5"], "expected near_duplicate to be a number in (0, 1]"),
+        (["--length-weight", "nan"], "--length-weight"),
+        (["--seed", str(2**63)], "expected seed to be an integer in [0, 2**63)"),
+        (["--glob", " "], "expected glob to be None or a non-empty pattern"),
+        (["--method", "medoids"], "--method"),
+        (["--workers", "0"], "--workers"),
+        (["--engine", "spark"], "--engine"),
+    ],
+)
+def test_a_bad_option_exits_2_before_any_shard_is_opened(
+    args: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 31: the temperature was checked when the client files were written, after the
+    pass. Every option is now checked first: with a shard that fails as soon as it is opened
+    and a tokenizer that does not exist, the option is what the one error line names."""
+    data, out = _unopenable_data(tmp_path), tmp_path / "out"
+    assert main(["export", str(data), "-t", str(tmp_path / "no-tok"), "-o", str(out), *args]) == 2
+    err = capsys.readouterr().err
+    assert said in err, err
+    assert "tokenized_data" not in err and "no-tok" not in err, err
+    assert not out.exists() and list(tmp_path.iterdir()) == [data]
+
+
+def test_the_unopenable_shard_of_those_tests_does_fail(
+    tmp_path: Path, qwen_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the test above would say, had a shard been opened: the shard's own error."""
+    data, out = _unopenable_data(tmp_path), tmp_path / "out"
+    assert main(["export", str(data), "-t", str(qwen_dir), "-o", str(out)]) == 2
+    assert "tokenized_data.jsonl.gz" in capsys.readouterr().err
+    assert main(["inspect", str(data)]) == 0  # inspect counts a corrupt stream, never stops
+    assert "tokenized_data.jsonl.gz" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--glob", " "], "expected glob to be None or a non-empty pattern"),
+        (["--workers", "0"], "--workers"),
+        (["--engine", "spark"], "--engine"),
+    ],
+)
+def test_a_bad_option_of_inspect_exits_2_before_any_shard_is_opened(
+    args: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["inspect", str(_unopenable_data(tmp_path)), *args]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "tokenized_data" not in err, err  # no warning of the shard either
+
+
+def test_output_options_reach_the_files_through_config(
+    corpus: Path, qwen_dir: Path, tmp_path: Path
+) -> None:
+    """--formats, --temperature and --ignore-eos are Config fields now; the files still say
+    them, and the manifest's config records only what decides the suite's content."""
+    out = tmp_path / "out"
+    args = ["--per-source", "3", "--formats", "openai, sharegpt,openai", "--temperature", "0.7"]
+    code = main(["export", str(corpus), "-t", str(qwen_dir), "-o", str(out), "--ignore-eos", *args])
+    assert code == 0
+    row = orjson.loads((out / "openai.jsonl").read_bytes().splitlines()[0])
+    assert (row["temperature"], row["ignore_eos"]) == (0.7, True)
+    manifest = orjson.loads((out / "manifest.json").read_bytes())
+    assert sorted(manifest["files"]) == ["openai", "report", "run_md", "sharegpt"]
+    recorded = set(manifest["config"])
+    assert not recorded & {"formats", "temperature", "ignore_eos", "overwrite", "progress"}
+    assert {"seed", "per_source", "glob", "recover_turns"} <= recorded

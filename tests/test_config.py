@@ -89,3 +89,98 @@ def test_min_per_source_without_total_is_refused_not_ignored() -> None:
     with pytest.raises(ConfigError, match="expected min_per_source with total"):
         resolve(min_per_source=1)
     assert resolve(total=100, min_per_source=5).min_per_source == 5
+
+
+def test_every_field_carries_its_option() -> None:
+    """Issue 31: help, reference text, group and CLI spelling live on the field, once."""
+    from distprompt.config import COMMAND_GROUPS, GROUPS, options
+
+    opts = options()
+    assert [o.name for o in opts] == [f.name for f in dataclasses.fields(Config)]
+    for o in opts:
+        assert o.help and o.doc and o.group in GROUPS, o.name
+        assert o.default == getattr(Config(), o.name), o.name
+        assert o.flag.startswith("--") and o.param.isidentifier(), o.name
+        assert o.name in (Config.__doc__ or ""), f"{o.name} is not in Config's docstring"
+    assert {o.name for o in options("pass")} == {"workers", "glob", "engine", "ray_address"}
+    assert set(COMMAND_GROUPS["export"]) == set(GROUPS)
+    with pytest.raises(ConfigError, match="found nope"):
+        options("nope")  # type: ignore[arg-type]
+
+
+def test_the_cli_options_are_made_from_the_metadata() -> None:
+    """Spelling, help, default and bounds of each generated option are the field's."""
+    import typer
+
+    from distprompt.cli import app
+    from distprompt.config import COMMAND_GROUPS, options
+
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    for command, groups in COMMAND_GROUPS.items():
+        params = {p.name: p for p in commands[command].params}
+        for o in options(*groups):
+            p = params[o.param]
+            assert [*p.opts, *p.secondary_opts] == o.flag.split("/"), o.name
+            assert p.help == o.help and p.default == o.cli_default, o.name
+            assert (p.min, p.metavar) == (o.min, o.metavar), o.name
+
+
+def test_output_options_are_checked_by_config() -> None:
+    """The temperature and the output options used to be arguments checked while writing,
+    after the pass; they are fields now, refused or normalized at once."""
+    assert Config(formats="openai, sharegpt,openai").formats == ("openai", "sharegpt")
+    assert Config(formats=["token_ids"]).formats == ("token_ids",)
+    assert Config(formats=()).formats == () and Config().formats is None
+    for bad in (
+        {"formats": "openai,csv"},
+        {"formats": 3},
+        {"temperature": float("nan")},
+        {"temperature": float("inf")},
+        {"temperature": -0.1},
+        {"temperature": "0.5"},
+        {"ignore_eos": 1},
+        {"overwrite": "yes"},
+        {"progress": None},
+        {"recover_turns": 0},
+        {"near_duplicate": "0.9"},
+    ):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            Config(**bad)  # type: ignore[arg-type]
+    assert Config(temperature=1).temperature == 1
+
+
+def test_the_manifest_records_what_decides_the_suite() -> None:
+    from distprompt.config import options
+
+    recorded = Config().recorded()
+    assert set(recorded) == {o.name for o in options() if o.recorded}
+    assert not recorded.keys() & {"workers", "engine", "ray_address", "formats", "temperature"}
+    assert recorded["seed"] == 0 and "glob" in recorded
+
+
+def test_export_suite_refuses_a_bad_temperature_before_any_shard(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 31: export_suite(temperature=-1) failed when the files were written, after the
+    pass. The shard here fails as soon as it is opened, the tokenizer does not exist."""
+    from distprompt import export_suite
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "tokenized_data.jsonl.gz").write_bytes(b"not gzip\n")
+    for bad in ({"temperature": -1.0}, {"formats": ["csv"]}, {"overwrite": "no"}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            export_suite(data, tmp_path / "out", tokenizer=tmp_path / "no-tok", **bad)
+    assert not (tmp_path / "out").exists()
+
+
+def test_errors_name_each_option_as_the_library_spells_it() -> None:
+    """``errors.api_message`` turns a flag in a message into the library's argument; its table
+    of flags (errors.py imports nothing, so it cannot read the metadata) agrees with it."""
+    from distprompt.config import options
+    from distprompt.errors import api_message
+
+    for o in options():
+        flag = o.flag.split("/")[0]
+        if isinstance(o.default, bool) and "/" not in o.flag:
+            assert api_message(flag) == f"`{o.name}={o.negate is False}`", o.name
+        else:
+            assert api_message(flag) == f"`{o.name}`", o.name

@@ -272,3 +272,50 @@ def test_bench_docs_worked_example_uses_the_quickstart_suite() -> None:
     bench = (DOCS / "bench.md").read_text(encoding="utf-8")
     example = bench[bench.index("## Worked example") :].split("```")[0]
     assert set(re.findall(r"--per-source (\d+)", example)) == quick
+
+
+def _gen_reference() -> Any:
+    """``scripts/gen_reference.py`` as a module (a script, not part of the package)."""
+    import importlib.util
+
+    path = REPO_ROOT / "scripts" / "gen_reference.py"
+    spec = importlib.util.spec_from_file_location("gen_reference", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_options_tables_are_generated_from_config() -> None:
+    """Issue 31: options were spelled three times (CLI, Config, this page). The tables of
+    Config's options are written by scripts/gen_reference.py from the fields' metadata."""
+    gen = _gen_reference()
+    text = REFERENCE.read_text(encoding="utf-8")
+    assert gen.render(text) == text, "docs/reference.md drifted: python scripts/gen_reference.py"
+    from distprompt.config import COMMAND_GROUPS, options
+
+    for command, groups in COMMAND_GROUPS.items():
+        documented = _documented(gen.table(command))
+        assert documented == {f for o in options(*groups) for f in o.flag.split("/")}, command
+
+
+def test_the_generator_rewrites_a_drifted_table() -> None:
+    """The check above can fail: a hand-edited or missing row is put back, a table removed
+    is an error."""
+    gen = _gen_reference()
+    text = REFERENCE.read_text(encoding="utf-8")
+    row = next(ln for ln in text.splitlines() if ln.startswith("| `--temperature` |"))
+    drifted = text.replace(row, "| `--temperature` | `temperature` | 1 | Hot. |")
+    assert drifted != text and gen.render(drifted) == text
+    assert gen.render(text.replace(row + "\n", "")) == text
+    start = text.index("<!-- options: inspect")
+    end = text.index("<!-- end of options -->", start) + len("<!-- end of options -->")
+    with pytest.raises(ValueError, match="inspect"):
+        gen.render(text[:start] + text[end:])
+
+
+def test_first_sentence_skips_stops_in_parentheses_and_code() -> None:
+    first = _gen_reference().first_sentence
+    assert first("Files (e.g. `a.b`). Default: all.") == "Files (e.g. `a.b`)."
+    assert first("Run `x. Y` now. Then stop.") == "Run `x. Y` now."
+    assert first("No stop here") == "No stop here"

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
+import inspect
 import logging
 import signal
 import sys
 import threading
+import typing
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, cast
 
 import typer
 
 from distprompt._version import __version__
-from distprompt.config import ALLOCATIONS, ENGINES, METHODS, ON_ERROR, PER_SOURCE, Config
+from distprompt.config import COMMAND_GROUPS, Config, Option, options, resolve
 from distprompt.errors import DistpromptError, cli_spelling
 
 __all__ = ["app", "main"]
@@ -40,13 +44,7 @@ def _choices(name: str, values: tuple[str, ...]) -> Any:
     return Enum(name, {v: v for v in values}, type=str)
 
 
-OnError = _choices("OnError", ON_ERROR)
-Allocation = _choices("Allocation", ALLOCATIONS)
-Method = _choices("Method", METHODS)
-EngineName = _choices("EngineName", ENGINES)
-
-
-# Arguments and options that more than one command takes.
+# Arguments that more than one command takes.
 Data = Annotated[
     list[str],
     typer.Argument(
@@ -55,42 +53,78 @@ Data = Annotated[
         "(.jsonl, .jsonl.gz, .jsonl.zst; Parquet .parquet, Arrow .arrow).",
     ),
 ]
-Workers = Annotated[
-    int,
-    typer.Option(
-        help="Processes reading shards in parallel (large shards in byte ranges); on a large "
-        "corpus, 2 or more also select sources in parallel (more memory).",
-        min=1,
-    ),
-]
 Glob = Annotated[
     str | None,
     typer.Option(
         "--glob",
         metavar="PATTERN",
-        help="Which files of a DATA folder are shards, relative to it (e.g. "
-        "'*/tokenized_data.jsonl'). Default: the tokenized_data.* files when the folder holds "
-        "any, else every *.jsonl*, *.parquet and *.arrow file (one format per folder).",
+        help=next(o.help for o in options("pass") if o.name == "glob"),
     ),
 ]
 
 
-EngineOpt = Annotated[
-    EngineName,  # type: ignore[valid-type]
-    typer.Option(
-        "--engine",
-        help="Where the pass runs: local (this machine, --workers processes) or ray (one Ray "
-        "task per shard; pip install 'distprompt[ray]'). Same result either way.",
-    ),
-]
-RayAddress = Annotated[
-    str | None,
-    typer.Option(
-        "--ray-address",
-        help="Ray cluster for --engine ray (auto, host:6379, ray://host:10001); default: "
-        "RAY_ADDRESS, else start or join a Ray on this machine.",
-    ),
-]
+def _cli_type(option: Option, hint: Any) -> Any:
+    """The type typer parses ``option`` as: a choice for a ``Literal``, a comma-separated
+    string for a tuple (``Config`` splits it), else the field's own type."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is typing.Literal:
+        return _choices(option.name, args)
+    if typing.get_origin(hint) is tuple or tuple in {typing.get_origin(a) for a in args}:
+        return str | None
+    return hint
+
+
+def _option_param(option: Option, hint: Any) -> inspect.Parameter:
+    info = typer.Option(option.flag, help=option.help, metavar=option.metavar, min=option.min)
+    annotation = cast(Any, Annotated)[_cli_type(option, hint), info]
+    kind = inspect.Parameter.KEYWORD_ONLY
+    return inspect.Parameter(option.param, kind, default=option.cli_default, annotation=annotation)
+
+
+def _field_value(option: Option, value: Any) -> Any:
+    """The field's value of what the command line gave (the choice's string, a flag undone)."""
+    value = getattr(value, "value", value)  # typer passes the enum member of a choice
+    return not value if option.negate else value
+
+
+def _config_options(command: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Give a command the options of the :class:`Config` fields it takes
+    (:data:`~distprompt.config.COMMAND_GROUPS`), generated from the fields' metadata.
+
+    They replace the command's ``options`` parameter, in field order; the command receives
+    them as ``options``, a dict of field names to values, without those left at a default
+    that means "the library decides" (``--per-source`` beside ``--total``).
+    """
+    opts = options(*COMMAND_GROUPS[command])
+    hints = typing.get_type_hints(Config)
+
+    def decorate(fn: Callable[..., None]) -> Callable[..., None]:
+        own = inspect.signature(fn, eval_str=True).parameters
+        params: list[inspect.Parameter] = []
+        for p in own.values():
+            if p.name == "options":
+                params += [_option_param(o, hints[o.name]) for o in opts]
+            else:
+                params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+
+        @functools.wraps(fn)
+        def run(**kwargs: Any) -> None:
+            given = {o.name: kwargs.pop(o.param) for o in opts}
+            # None from an option whose field has a default: not given, the library decides
+            fn(
+                **kwargs,
+                options={
+                    o.name: _field_value(o, v)
+                    for o, v in zip(opts, given.values(), strict=True)
+                    if v is not None or o.default is None
+                },
+            )
+
+        run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in params}
+        return run
+
+    return decorate
 
 
 def _version(value: bool) -> None:
@@ -118,6 +152,7 @@ def _warn(msg: str) -> None:
 
 
 @app.command(short_help="Build a benchmark prompt suite from tokenized shards.")
+@_config_options("export")
 def export(
     data: Data,
     tokenizer: Annotated[
@@ -130,129 +165,21 @@ def export(
         ),
     ],
     out: Annotated[Path, typer.Option("--out", "-o", metavar="OUT", help="Output folder.")],
-    per_source: Annotated[
-        int | None,
-        typer.Option(
-            metavar="N", help="Items from every source (default 50); not with --total.", min=1
-        ),
-    ] = None,
-    total: Annotated[
-        int | None, typer.Option(help="Total items, split between sources by --allocation.", min=1)
-    ] = None,
-    allocation: Annotated[
-        Allocation,  # type: ignore[valid-type]
-        typer.Option(help="How --total is split: by rows, sqrt of rows, or equally."),
-    ] = "proportional",
-    min_per_source: Annotated[
-        int, typer.Option(help="Floor per source; only with --total.", min=0)
-    ] = 0,
-    max_candidates: Annotated[
-        int,
-        typer.Option(help="Unique prompts kept per source for selection (bounds memory).", min=1),
-    ] = 20000,
-    seed: Annotated[int, typer.Option(help="Seed; same input and seed => same files.", min=0)] = 0,
-    on_error: Annotated[
-        OnError,  # type: ignore[valid-type]
-        typer.Option(
-            help="raise: stop at the first bad row (exit 2); skip: count and skip bad rows."
-        ),
-    ] = "raise",
-    method: Annotated[
-        Method,  # type: ignore[valid-type]
-        typer.Option(help="Selection method within a source."),
-    ] = "herding",
-    near_duplicate: Annotated[
-        float,
-        typer.Option(help="TF-IDF cosine at which two prompts count as near-duplicates.", min=0),
-    ] = 0.95,
-    lsa_dims: Annotated[
-        int, typer.Option(help="Dimensions of the LSA content vectors selection uses.", min=1)
-    ] = 64,
-    length_weight: Annotated[
-        float,
-        typer.Option(help="Weight of the log prompt length beside the content vectors.", min=0),
-    ] = 1.0,
-    max_output_tokens: Annotated[
-        int | None, typer.Option(help="Cap on each item's max_tokens.", min=1)
-    ] = None,
-    formats: Annotated[
-        str | None, typer.Option(help="Comma-separated client formats (default: all).")
-    ] = None,
-    temperature: Annotated[
-        float,
-        typer.Option(help="Sampling temperature set in every client file and command.", min=0),
-    ] = 0.0,
-    ignore_eos: Annotated[
-        bool,
-        typer.Option(
-            "--ignore-eos", help="Client files ask for max_tokens past EOS (forced lengths)."
-        ),
-    ] = False,
-    workers: Workers = 1,
-    glob: Glob = None,
-    engine: EngineOpt = "local",
-    ray_address: RayAddress = None,
-    no_turns: Annotated[bool, typer.Option("--no-turns", help="Skip chat-turn recovery.")] = False,
-    no_tokenizer_check: Annotated[
-        bool,
-        typer.Option(
-            "--no-tokenizer-check",
-            help="Write the suite even when the tokenizer fails inspect's checks; the failed "
-            "verdict is recorded in manifest.json and on top of RUN.md and the report.",
-        ),
-    ] = False,
-    overwrite: Annotated[
-        bool,
-        typer.Option("--overwrite", help="Replace OUT when it holds a previous distprompt output."),
-    ] = False,
-    progress: Annotated[
-        bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr.")
-    ] = True,
+    options: dict[str, Any],
 ) -> None:
     """Build a representative prompt suite from tokenized shards and write it to OUT."""
     from distprompt import export_suite
 
-    config = Config(
-        per_source=PER_SOURCE if total is None and per_source is None else per_source,
-        total=total,
-        allocation=_value(allocation),
-        min_per_source=min_per_source,
-        max_candidates=max_candidates,
-        seed=seed,
-        on_error=_value(on_error),
-        method=_value(method),
-        max_output_tokens=max_output_tokens,
-        near_duplicate=near_duplicate,
-        lsa_dims=lsa_dims,
-        length_weight=length_weight,
-        workers=workers,
-        recover_turns=not no_turns,
-        check_tokenizer=not no_tokenizer_check,
-        glob=glob,
-        engine=_value(engine),
-        ray_address=ray_address,
-    )
+    # every option is checked here, before the tokenizer is loaded or any shard opened
+    config = resolve(**{**options, "progress": options["progress"] and sys.stderr.isatty()})
     suite = export_suite(
-        data if len(data) > 1 else data[0],
-        out,
-        tokenizer=tokenizer,
-        config=config,
-        formats=None if formats is None else [f.strip() for f in formats.split(",") if f.strip()],
-        overwrite=overwrite,
-        temperature=temperature,
-        ignore_eos=ignore_eos,
-        progress=progress and sys.stderr.isatty(),
-        warn=_warn,
+        data if len(data) > 1 else data[0], out, tokenizer=tokenizer, config=config, warn=_warn
     )
     typer.echo(suite.summary(out), err=True)
 
 
-def _value(choice: Any) -> Any:
-    """The string of a choice option (typer passes the enum member; a default is the string)."""
-    return getattr(choice, "value", choice)
-
-
 @app.command("inspect", short_help="What is in a corpus; check a tokenizer against it.")
+@_config_options("inspect")
 def inspect_cmd(
     data: Data,
     tokenizer: Annotated[
@@ -267,10 +194,7 @@ def inspect_cmd(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print one JSON object instead of the table.")
     ] = False,
-    workers: Workers = 1,
-    glob: Glob = None,
-    engine: EngineOpt = "local",
-    ray_address: RayAddress = None,
+    options: dict[str, Any] | None = None,
 ) -> None:
     """Show what is in a corpus, from one streaming pass: sources, shares, lengths, anomalies."""
     from distprompt import inspect_corpus
@@ -278,11 +202,8 @@ def inspect_cmd(
     info = inspect_corpus(
         data if len(data) > 1 else data[0],
         tokenizer=tokenizer,
-        workers=workers,
-        engine=_value(engine),
-        ray_address=ray_address,
         progress=sys.stderr.isatty(),
-        glob=glob,
+        **(options or {}),
     )
     if json_out:
         import orjson

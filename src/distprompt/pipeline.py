@@ -75,7 +75,6 @@ from distprompt.recover.checks import (
 )
 from distprompt.recover.decode import TokenizerInfo, decode, load_tokenizer
 from distprompt.recover.light import BackgroundLoad, light_checks
-from distprompt.write.formats import FORMATS, checked_formats
 from distprompt.write.metrics import SourceEvidence, measure_source
 from distprompt.write.out_dir import check_out_dir
 from distprompt.write.report import build_report
@@ -117,7 +116,6 @@ def build_suite(
     *,
     tokenizer: Any,
     config: Config | None = None,
-    progress: bool = False,
     warn: Callable[[str], None] | None = None,
     **overrides: Any,
 ) -> Suite:
@@ -127,11 +125,10 @@ def build_suite(
         data: A directory (searched recursively), a glob, a shard file, or a list of those.
         tokenizer: Local tokenizer folder, ``tokenizer.json``, hub id, or a loaded tokenizer.
         config: The options (a :class:`~distprompt.config.Config`; default: its defaults).
-        progress: Show progress bars on stderr.
         warn: Called with each warning as it arises (the CLI prints them).
         **overrides: Options replacing those of ``config`` (any field of
             :class:`~distprompt.config.Config`: ``per_source``, ``total``, ``allocation``,
-            ``method``, ``seed``, ``on_error``, ``lsa_dims``, ``length_weight`` …); a ``total``
+            ``method``, ``seed``, ``on_error``, ``lsa_dims``, ``progress`` …); a ``total``
             without ``per_source`` replaces the ``per_source`` default.
 
     Returns:
@@ -179,7 +176,7 @@ def build_suite(
             tokenizer,
             config,
             on_error=config.on_error,
-            progress=progress,
+            progress=config.progress,
             warn=_warn,
             left_out="left out (--on-error skip)",
             overlap=True,
@@ -380,32 +377,23 @@ def export_suite(
     *,
     tokenizer: Any,
     config: Config | None = None,
-    formats: Sequence[str] | None = None,
-    overwrite: bool = False,
-    temperature: float = 0.0,
-    ignore_eos: bool = False,
-    progress: bool = False,
     warn: Callable[[str], None] | None = None,
     **overrides: Any,
 ) -> Suite:
     """:func:`build_suite` and :meth:`Suite.save` in one call, what ``distprompt export`` runs.
 
-    The formats and the output folder are checked before any shard is read, so a typo or an
-    occupied ``out`` fails in a second, not after the pass.
+    Every option, the output files' included, is checked before any shard is read, and so is
+    the output folder: a typo or an occupied ``out`` fails in a second, not after the pass.
 
     Args:
         data: As for :func:`build_suite`.
         out: Output folder.
         tokenizer: As for :func:`build_suite`.
-        config: As for :func:`build_suite`.
-        formats: Client formats to write (default: all, see
-            :data:`distprompt.write.formats.FORMATS`).
-        overwrite: Replace ``out`` when it holds a previous distprompt output.
-        temperature: Sampling temperature set in every client file and command.
-        ignore_eos: Ask the clients to generate ``max_tokens`` past EOS (forced lengths).
-        progress: Show progress bars on stderr.
+        config: As for :func:`build_suite`; its ``formats``, ``temperature``, ``ignore_eos``
+            and ``overwrite`` say how the files are written.
         warn: Called with each warning as it arises.
-        **overrides: As for :func:`build_suite`.
+        **overrides: As for :func:`build_suite` (``formats=["openai"]``, ``overwrite=True``,
+            ``temperature=0.7`` … are options of :class:`~distprompt.config.Config` too).
 
     Returns:
         The saved :class:`Suite` (:meth:`Suite.summary` says what was written).
@@ -420,11 +408,14 @@ def export_suite(
         >>> export_suite("prepared/", "out/", tokenizer="tok/", per_source=5)  # doctest: +SKIP
     """
     config = resolve(config, **overrides)
-    fmts = checked_formats(FORMATS if formats is None else formats)
-    check_out_dir(Path(out), overwrite=overwrite)
-    suite = build_suite(data, tokenizer=tokenizer, config=config, progress=progress, warn=warn)
+    check_out_dir(Path(out), overwrite=config.overwrite)
+    suite = build_suite(data, tokenizer=tokenizer, config=config, warn=warn)
     suite.save(
-        out, formats=fmts, overwrite=overwrite, temperature=temperature, ignore_eos=ignore_eos
+        out,
+        formats=config.formats,
+        overwrite=config.overwrite,
+        temperature=config.temperature,
+        ignore_eos=config.ignore_eos,
     )
     return suite
 
@@ -440,7 +431,6 @@ def inspect_corpus(
     *,
     tokenizer: Any = None,
     config: Config | None = None,
-    progress: bool = False,
     round_trip_sample: int = ROUND_TRIP_SAMPLE,
     **overrides: Any,
 ) -> CorpusInfo:
@@ -457,8 +447,8 @@ def inspect_corpus(
         config: The options (a :class:`~distprompt.config.Config`); what the pass uses of it:
             ``workers``, ``engine``, ``ray_address``, ``glob``, ``seed`` (which uniform sample of
             prompts is kept) and ``max_candidates`` (unique prompts kept per source; distinct
-            counts are exact up to it). Default: ``Config(max_candidates=4096)``.
-        progress: Progress bar on stderr.
+            counts are exact up to it), ``progress`` (a progress bar on stderr). Default:
+            ``Config(max_candidates=4096)``.
         round_trip_sample: Prompts per source decoded and re-encoded for the round-trip rate.
         **overrides: Options replacing those of ``config``.
 
@@ -486,7 +476,7 @@ def inspect_corpus(
         tokenizer,
         config,
         on_error="skip",
-        progress=progress,
+        progress=config.progress,
         warn=None,
         left_out="left out",
         overlap=False,
@@ -1859,9 +1849,7 @@ def _manifest(
             "design": _design_summary([it for it in items if it.source == src], st),
         }
     data_spec = sorted(str(d) for d in data) if isinstance(data, (list, tuple)) else str(data)
-    cfg = config.to_dict()
-    for how in ("workers", "engine", "ray_address"):
-        cfg.pop(how)  # how the pass ran, not what it computed
+    cfg = config.recorded()  # not how the pass ran nor how the files are written
     return {
         "distprompt_version": __version__,
         "versions": {

@@ -20,20 +20,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from distprompt.errors import ConfigError
+from distprompt.config import FORMATS, check_formats, checked_formats
 from distprompt.records import SuiteItem
 
 __all__ = ["CLIENT_VERSIONS", "FORMATS", "Plan", "check_formats", "checked_formats"]
 
-FORMATS: tuple[str, ...] = (
-    "openai",
-    "vllm_custom",
-    "sharegpt",
-    "token_ids",
-    "guidellm",
-    "aiperf",
-    "by_source",
-)
 
 #: Client versions whose loaders the layouts and commands were checked against.
 CLIENT_VERSIONS: dict[str, str] = {
@@ -54,42 +45,6 @@ _WINDOWS_RESERVED = frozenset(
     | {f"COM{i}" for i in range(1, 10)}
     | {f"LPT{i}" for i in range(1, 10)}
 )
-
-
-def check_formats(formats: Sequence[str]) -> None:
-    """Refuse unknown format names before anything is written.
-
-    Raises:
-        ConfigError: A name is not one of :data:`FORMATS`.
-
-    Example:
-        >>> check_formats(["openai", "sharegpt"])
-    """
-    if isinstance(formats, str):
-        formats = [formats]
-    unknown = [f for f in formats if f not in FORMATS]
-    if unknown:
-        raise ConfigError(
-            f"formats: expected names from {', '.join(FORMATS)}, "
-            f"found {', '.join(map(repr, unknown))}; fix the format list"
-        )
-
-
-def checked_formats(formats: Sequence[str]) -> tuple[str, ...]:
-    """The format names in the given order, each once, after :func:`check_formats`.
-
-    Example:
-        >>> checked_formats(["openai", "openai", "guidellm"])
-        ('openai', 'guidellm')
-    """
-    if isinstance(formats, str):
-        formats = [formats]
-    seen: dict[str, None] = {}
-    for f in formats:
-        seen.setdefault(f, None)
-    fmts = tuple(seen)
-    check_formats(fmts)
-    return fmts
 
 
 # --------------------------------------------------------------------------------------------
