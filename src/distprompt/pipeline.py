@@ -77,7 +77,7 @@ from distprompt.recover.decode import TokenizerInfo, decode, load_tokenizer
 from distprompt.recover.light import BackgroundLoad, light_checks
 from distprompt.write.metrics import SourceEvidence, measure_source
 from distprompt.write.out_dir import check_out_dir
-from distprompt.write.report import build_report
+from distprompt.write.report import Report, build_report, with_items
 from distprompt.write.suite import Suite
 
 #: A representative as selection hands it on: (candidate, cluster size, weight in corpus rows,
@@ -294,17 +294,21 @@ def build_suite(
                     # below selection's peak with the plots in one process, 481 MB).
                     plots = _PlotProcess(2)
 
+            prebuilt: list[Report] = []
+
             def draw(counts: dict[str, int], evidence: dict[str, SourceEvidence | None]) -> None:
-                # Every source is selected: the plots are drawn elsewhere from a report without
-                # the items (they are those of the final report) while the items are decoded.
+                # Every source is selected: the report is built now, once, without the items
+                # (completed with them after decoding, with_items); the plots, which are those
+                # of the final report, are drawn elsewhere from it while the items are decoded.
+                rep = build_report(
+                    evidence, stats=part.stats, quotas=quotas, items=(), selected=counts,
+                    meta=meta, max_output_tokens=config.max_output_tokens,
+                )  # fmt: skip
+                prebuilt.append(rep)
                 if big:
-                    without_items = build_report(
-                        evidence, stats=part.stats, quotas=quotas, items=(), selected=counts,
-                        meta=meta, max_output_tokens=config.max_output_tokens,
-                    )  # fmt: skip
                     start_plots()
                     assert plots is not None
-                    plots.send(without_items)
+                    plots.send(rep)
 
             ready = early_sel.decoded(kept) if early_sel is not None else None
             selected_counts, items, evidence = _select_and_decode(
@@ -332,10 +336,12 @@ def build_suite(
             if plots is not None:
                 plots.stop()
             raise
-    report = build_report(
-        evidence, stats=part.stats, quotas=quotas, items=items, meta=meta,
-        max_output_tokens=config.max_output_tokens,
-    )  # fmt: skip
+    report = _with_items(prebuilt, items)
+    if report is None:  # not built before decoding, or for other items: built from them
+        report = build_report(
+            evidence, stats=part.stats, quotas=quotas, items=items, meta=meta,
+            max_output_tokens=config.max_output_tokens,
+        )  # fmt: skip
     if verdict.mismatch is not None:
         # On top of every rendering of the report (report.md, report.html, the CLI line).
         report = dataclasses.replace(report, summary=f"{_failed_banner(verdict)} {report.summary}")
@@ -699,6 +705,18 @@ def _one_openmp_thread() -> Iterator[None]:
     _warm_imports()
     with threadpool_limits(limits=1, user_api="openmp"):
         yield
+
+
+def _with_items(prebuilt: Sequence[Report], items: Sequence[SuiteItem]) -> Report | None:
+    """The report built before decoding, completed with the items (None when there is none,
+    or when decoding left a source with another number of items than were selected)."""
+    if not prebuilt:
+        return None
+    try:
+        return with_items(prebuilt[-1], items)
+    except ValueError:
+        logger.debug("the items differ from the selection's counts: report built from them")
+        return None
 
 
 def _failed_banner(verdict: TokenizerFigures) -> str:
