@@ -44,16 +44,16 @@ START_TIMEOUT = 180
 #: Seconds for one export of data_samples (~10 s on an idle 2-core machine).
 EXPORT_TIMEOUT = 900
 
-# Waits until the cluster at argv[1] has two live nodes; prints their ids (the head's first) and
-# CPUs as JSON.
+# Waits until the cluster at argv[1] has argv[2] live nodes; prints their ids (the head's first)
+# and CPUs as JSON.
 _PROBE = """
 import json, logging, sys, time
 import ray
 ray.init(address=sys.argv[1], logging_level=logging.ERROR, log_to_driver=False)
-deadline = time.monotonic() + float(sys.argv[2])
+deadline = time.monotonic() + float(sys.argv[3])
 while True:
     alive = [n for n in ray.nodes() if n["Alive"]]
-    if len(alive) >= 2 or time.monotonic() > deadline:
+    if len(alive) >= int(sys.argv[2]) or time.monotonic() > deadline:
         break
     time.sleep(0.5)
 alive.sort(key=lambda n: "node:__internal_head__" not in n["Resources"])
@@ -81,11 +81,11 @@ ray.get(hold.options(scheduling_strategy=where).remote(sys.argv[3], sys.argv[4])
 
 @dataclass(frozen=True)
 class RayNodes:
-    """A running two-node cluster: its address, node ids (head first), session files and the
-    environment its drivers need."""
+    """A running cluster: its address, node ids (head first), session files and the environment
+    its drivers need."""
 
     address: str
-    nodes: tuple[str, str]
+    nodes: tuple[str, ...]
     temp_dir: Path
     env: dict[str, str]
 
@@ -124,9 +124,8 @@ def _cluster_env(temp_dir: Path) -> dict[str, str]:
     # second node. A RAY_ADDRESS would point the drivers elsewhere.
     for name in ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_ADDRESS"):
         env.pop(name, None)
-    # With a token in ~/.ray, `ray start` turns token authentication on and a driver without
-    # RAY_AUTH_MODE=token is refused: the test must not depend on the home directory.
-    env["RAY_AUTH_MODE"] = "disabled"
+    # With a token in ~/.ray and no RAY_AUTH_MODE, `ray start` turns token authentication on and
+    # a driver without RAY_AUTH_MODE=token is refused: each cluster here sets the mode.
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     env["HF_HUB_OFFLINE"] = "1"
     # The workers (started by the raylets with this environment) import this distprompt.
@@ -158,11 +157,13 @@ def _kill_leftovers(temp_dir: Path) -> None:
                 p.kill()
 
 
-@pytest.fixture(scope="module")
-def ray_nodes() -> Iterator[RayNodes]:
+@contextlib.contextmanager
+def _ray_cluster(nodes: int, auth: dict[str, str]) -> Iterator[RayNodes]:
+    """A head and ``nodes - 1`` nodes joined by its address, one CPU each, with ``auth`` (the
+    RAY_AUTH_* variables) in their environment and in the drivers'."""
     # Short: Ray's socket paths live under it and a Unix socket path holds at most 107 bytes.
     temp_dir = Path(tempfile.mkdtemp(prefix="dp-ray-", dir="/tmp"))
-    env = _cluster_env(temp_dir)
+    env = {**_cluster_env(temp_dir), **auth}
     port = _free_port()
     address = f"127.0.0.1:{port}"
     common = [
@@ -180,13 +181,6 @@ def ray_nodes() -> Iterator[RayNodes]:
         f"--port={port}",
         "--include-dashboard=false",
         f"--dashboard-port={_free_port()}",
-        f"--dashboard-agent-listen-port={_free_port()}",
-        *common,
-    ]
-    node_cmd = [
-        *_ray_cli(),
-        "start",
-        f"--address={address}",
         f"--dashboard-agent-listen-port={_free_port()}",
         *common,
     ]
@@ -212,29 +206,43 @@ def ray_nodes() -> Iterator[RayNodes]:
                     f"log:\n{_tail(temp_dir / 'head.log')}"
                 )
             time.sleep(0.5)
-        node = start(node_cmd, temp_dir / "node.log")
+        for i in range(1, nodes):
+            node_cmd = [
+                *_ray_cli(),
+                "start",
+                f"--address={address}",
+                f"--dashboard-agent-listen-port={_free_port()}",
+                *common,
+            ]
+            start(node_cmd, temp_dir / f"node{i}.log")
         probe = subprocess.run(
-            [sys.executable, "-c", _PROBE, address, str(START_TIMEOUT)],
+            [sys.executable, "-c", _PROBE, address, str(nodes), str(START_TIMEOUT)],
             capture_output=True,
             text=True,
             env=env,
             timeout=START_TIMEOUT + 60,
         )
         found = json.loads(probe.stdout.strip().splitlines()[-1]) if probe.returncode == 0 else {}
-        if len(found) != 2 or node.poll() is not None:
+        if len(found) != nodes or any(p.poll() is not None for p in procs):
             pytest.fail(
-                f"ray start --address={address}: expected a cluster of two nodes, found "
-                f"{found or probe.stderr[-2000:]}; the second node's log:\n"
-                f"{_tail(temp_dir / 'node.log')}"
+                f"ray start: expected a cluster of {nodes} nodes at {address}, found "
+                f"{found or probe.stderr[-2000:]}; the last node's log:\n"
+                f"{_tail(temp_dir / (f'node{nodes - 1}.log' if nodes > 1 else 'head.log'))}"
             )
-        assert sorted(found.values()) == [1, 1]
-        head_id, node_id = found
-        yield RayNodes(address, (head_id, node_id), temp_dir, env)
+        assert list(found.values()) == [1] * nodes
+        yield RayNodes(address, tuple(found), temp_dir, env)
     finally:
         for proc in reversed(procs):
             _stop(proc)
         _kill_leftovers(temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def ray_nodes() -> Iterator[RayNodes]:
+    """Two nodes; token authentication off, whatever ~/.ray holds (see _cluster_env)."""
+    with _ray_cluster(2, {"RAY_AUTH_MODE": "disabled"}) as cluster:
+        yield cluster
 
 
 def _export(args: list[str], env: dict[str, str], out: Path) -> None:
@@ -339,3 +347,43 @@ def test_the_second_node_runs_the_pass_when_the_head_is_busy(
     assert on_ray.stdout == local.stdout
     assert list(ran) == [second], ran
     assert ran[second] >= 10, ran
+
+
+@pytest.mark.slow  # a one-node cluster, a driver refused (~3 s of retries) and one pass
+def test_a_cluster_that_asks_for_a_token_says_so_and_takes_it() -> None:
+    """Recent Ray turns token authentication on in ``ray start`` (when ~/.ray holds a token): a
+    driver without it is told what to set, not that the cluster is unreachable; with it, the
+    pass runs (what docs/scale.md tells users to do)."""
+    import secrets
+
+    token = secrets.token_hex(32)
+    data = str(SAMPLES_DIR / "prepared")
+    with _ray_cluster(1, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}) as cluster:
+        cmd = [sys.executable, "-m", "distprompt", "inspect", data, "--json"]
+        ray_args = ["--engine", "ray", "--ray-address", cluster.address]
+        local = subprocess.run(
+            cmd, capture_output=True, text=True, env=cluster.env, timeout=EXPORT_TIMEOUT
+        )
+        assert local.returncode == 0, local.stderr
+        # Ray retries a refused connection for ~20 s; 3 here.
+        env = {**cluster.env, "RAY_gcs_server_port_wait_time_s": "3"}
+        env["RAY_AUTH_MODE"] = "disabled"  # what a driver without the setting uses
+        del env["RAY_AUTH_TOKEN"]
+        refused = subprocess.run(
+            [*cmd, *ray_args], capture_output=True, text=True, env=env, timeout=EXPORT_TIMEOUT
+        )
+        assert refused.returncode != 0
+        last = refused.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"error: {cluster.address}: expected the Ray cluster to accept"), (
+            refused.stderr
+        )
+        assert "RAY_AUTH_MODE=token" in last
+        taken = subprocess.run(
+            [*cmd, *ray_args],
+            capture_output=True,
+            text=True,
+            env=cluster.env,
+            timeout=EXPORT_TIMEOUT,
+        )
+        assert taken.returncode == 0, taken.stderr
+        assert taken.stdout == local.stdout
