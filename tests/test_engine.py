@@ -312,3 +312,26 @@ def test_ray_map_keeps_the_order_and_reports_each_task(ray_cluster: None) -> Non
     out = list(ray_map(negate, list(range(9)), names=list("abcdefghi"), on_done=done.append))
     assert out == [-x for x in range(9)]
     assert sorted(done) == list(range(9))  # progress: each task once, as it finished
+
+
+def test_ray_map_runs_a_window_ahead_of_the_consumer(ray_cluster: None, tmp_path: Path) -> None:
+    """The driver streams: tasks are submitted at most ``window`` ahead of the result it yields
+    next, so finished partials wait in Ray's object store and the driver holds one at a time,
+    however many tasks the pass has."""
+    import time
+
+    from distprompt.read.engine import ray_map
+
+    started = tmp_path / "started"
+    started.mkdir()
+
+    def mark(i: int, where: str = str(started)) -> int:
+        Path(where, str(i)).touch()
+        return i
+
+    results = ray_map(mark, list(range(12)), names=[str(i) for i in range(12)], window=3)
+    assert next(results) == 0
+    time.sleep(2)  # an eager map would run the other tasks meanwhile
+    assert len(list(started.iterdir())) <= 3  # 0, 1, 2: nothing past the window
+    assert list(results) == list(range(1, 12))
+    assert len(list(started.iterdir())) == 12

@@ -152,11 +152,32 @@ def connect_ray(address: str | None = None) -> Any:
     except ConnectionError as exc:
         from distprompt.errors import InputError
 
+        if _refused_for_token(exc):
+            raise InputError(
+                f"{address or 'Ray'}: expected the Ray cluster to accept this driver, found it "
+                "asks for an authentication token (InvalidAuthToken); run with "
+                "RAY_AUTH_MODE=token and the cluster's token (~/.ray/auth_token, "
+                "RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN), see docs/scale.md"
+            ) from exc
         raise InputError(
             f"{address or 'Ray'}: expected a reachable Ray cluster, found {exc}; check "
             "--ray-address (host:6379, ray://host:10001 or auto) and that the cluster is up"
         ) from exc
     return ray
+
+
+def _refused_for_token(exc: BaseException) -> bool:
+    """Whether Ray's connection error comes from a cluster with token authentication that this
+    driver did not authenticate to (Ray names it in the chain of causes: an
+    ``AuthenticationError``, or its text in the traceback a retry loop kept)."""
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return False
+        if type(seen).__name__ == "AuthenticationError" or "InvalidAuthToken" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 #: Ray's switch for multi-node clusters; "0" makes a Ray started here use the loopback address.
