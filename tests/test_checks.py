@@ -296,14 +296,14 @@ def test_a_refusal_beside_selection_in_a_thread_drops_the_sources_not_started(
     monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
     started: list[str] = []
     gate = threading.Event()
-    real = pipeline._select_source
+    real = pipeline.select_source
 
     def held(cands, quota, config, stats, heavy=(), shards=None):  # type: ignore[no-untyped-def]
         started.append(quota.source)
         gate.wait(30)  # until the refusal is raised
         return real(cands, quota, config, stats, heavy, shards)
 
-    monkeypatch.setattr(pipeline, "_select_source", held)
+    monkeypatch.setattr(pipeline, "select_source", held)
     try:
         with pytest.raises(TokenizerError):
             build_suite(data, tokenizer=qwen_dir, per_source=3, recover_turns=False, workers=1)

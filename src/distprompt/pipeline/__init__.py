@@ -1,4 +1,7 @@
-"""The only module that wires the stages together, for both commands.
+"""The only package that wires the stages together, for both commands (this module tells the
+story and schedules; :mod:`~distprompt.pipeline.sources` selects a source,
+:mod:`~distprompt.pipeline.items` makes the items, :mod:`~distprompt.pipeline.manifest` the
+manifest).
 
 ``inspect``: shards → pass + tokenizer checks → :class:`~distprompt.corpus.CorpusInfo`.
 ``export``: the same pass and checks → quotas → features → selection → items → report →
@@ -9,10 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import logging
 import os
-import platform
 import sys
 import threading
 import time
@@ -20,36 +21,18 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from distprompt._heap import trim_heap
-from distprompt._version import __version__
-from distprompt.choose.cluster import assign
-from distprompt.choose.design import (
-    allocate_picks,
-    calibrate,
-    length_strata,
-    strata_count,
-    take_all,
-)
-from distprompt.choose.select import select
 from distprompt.choose.stratify import Quota, allocate
-from distprompt.choose.vectorize import (
-    FEATURE_BUDGET,
-    Features,
-    budget_width,
-    head_tail,
-    vectorize,
-)
+from distprompt.choose.vectorize import FEATURE_BUDGET
 from distprompt.config import Config, OnError, resolve
 from distprompt.corpus import CorpusInfo, corpus_info
 from distprompt.errors import ConfigError, InputError, TokenizerError, api_spelling
+from distprompt.pipeline.items import Pick, item_id, make_batch, make_items, picks_of
+from distprompt.pipeline.manifest import build_manifest, template_summary
+from distprompt.pipeline.sources import Chosen, heavy_candidates, select_source
 from distprompt.read.scan import (
-    REPLY_SAMPLE,
     BottomK,
     Partial,
-    load_candidates,
-    measure_reference,
     scan,
 )
 from distprompt.read.shards import ShardSet, find_shards
@@ -59,8 +42,6 @@ from distprompt.records import (
     Shard,
     SourceStats,
     SuiteItem,
-    histogram_quantiles,
-    max_tokens_for,
 )
 from distprompt.recover.ambiguity import settle_system_prompts
 from distprompt.recover.checks import (
@@ -73,16 +54,12 @@ from distprompt.recover.checks import (
     settle_rows,
     show_ids,
 )
-from distprompt.recover.decode import TokenizerInfo, decode, load_tokenizer
+from distprompt.recover.decode import TokenizerInfo, load_tokenizer
 from distprompt.recover.light import BackgroundLoad, light_checks
-from distprompt.write.metrics import SourceEvidence, measure_source
+from distprompt.write.metrics import SourceEvidence
 from distprompt.write.out_dir import check_out_dir
 from distprompt.write.report import Report, build_report, with_items
 from distprompt.write.suite import Suite
-
-#: A representative as selection hands it on: (candidate, cluster size, weight in corpus rows,
-#: stratum).
-_Chosen = tuple[Candidate, int, float, str]
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor, Future, ProcessPoolExecutor
@@ -92,22 +69,6 @@ __all__ = ["build_suite", "export_suite", "inspect_corpus", "item_id"]
 logger = logging.getLogger("distprompt.pipeline")
 #: Not distprompt.pipeline: the CLI prints these (build_suite's warnings reach it by ``warn``).
 plot_logger = logging.getLogger("distprompt.pipeline.plots")
-
-#: Flags of the marker check: reported under ``tokenizer_check``, not as schema anomalies.
-_MARKER_FLAGS = frozenset({"template_start_missing", "generation_prompt_missing"})
-
-
-def item_id(source: str, prompt_ids: Sequence[int] | np.ndarray) -> str:
-    """Stable item id: a hash of the source and the prompt ids (independent of the seed)."""
-    h = hashlib.blake2b(digest_size=8)
-    h.update(source.encode("utf-8") + b"\x00")
-    h.update(np.ascontiguousarray(prompt_ids, dtype="<i8").tobytes())
-    return f"{_slug(source)}-{h.hexdigest()}"
-
-
-def _slug(s: str) -> str:
-    out = "".join(c if c.isalnum() or c in "-_" else "_" for c in s)
-    return out[:40] or "source"
 
 
 @api_spelling
@@ -354,7 +315,7 @@ def build_suite(
         else "in this process",
         time.perf_counter() - passed,
     )
-    manifest = _manifest(
+    manifest = build_manifest(
         config,
         tinfo,
         shards,
@@ -367,7 +328,7 @@ def build_suite(
         ignored=found.ignored,
         verdict=verdict,
     )
-    manifest["template"] = _template_summary(profile)
+    manifest["template"] = template_summary(profile)
     manifest["fidelity_issues"] = [
         {"id": it.id, "source": it.source, "fidelity": it.fidelity, "reason": it.fidelity_reason}
         for it in items
@@ -798,32 +759,6 @@ def _checks_differ(used: Checks, real: Checks, tok: Any) -> str:
     return "; ".join(out)
 
 
-def _template_summary(profile: Any) -> dict[str, Any] | None:
-    """What turn recovery learned from the chat template, for the manifest."""
-    if profile is None:
-        return None
-    return {
-        "sha256": profile.template_sha256,
-        "generation_prompt": profile.generation_prompt,
-        "role_markers": dict(sorted(profile.role_markers().items())),
-        "template_adds_bos": profile.template_adds_bos,
-        "supports_system": profile.supports_system,
-        "supports_tools": profile.supports_tools,
-        "supports_tool_calls": profile.supports_tool_calls,
-        "arguments_style": profile.arguments_style,
-        # A template that drops earlier reasoning cannot round-trip such prompts by design.
-        "drops_earlier_reasoning": profile.drops_earlier_reasoning,
-        "switches": sorted(
-            {k for _, _, kw in profile.generation_variants for k, _ in kw}
-            | {k for kw, _ in profile.switch_tables for k, _ in kw}
-        ),
-        # Each probe once, with its final outcome (a probe retried with string arguments that
-        # then rendered is `ok`); failed_probes are the ones refused in every form.
-        "probes": dict(profile.probes),
-        "failed_probes": sorted(profile.failed_probes),
-    }
-
-
 def _learn_profile(tok: Any, tinfo: TokenizerInfo, warn: Callable[[str], None]) -> Any:
     if not tinfo.has_chat_template:
         warn(f"tokenizer {tinfo.name!r} has no chat template: messages are not recovered")
@@ -838,221 +773,6 @@ def _learn_profile(tok: Any, tinfo: TokenizerInfo, warn: Callable[[str], None]) 
         return None
 
 
-def _select_source(
-    cands: list[Candidate],
-    quota: Quota,
-    config: Config,
-    stats: SourceStats,
-    heavy: Sequence[Candidate] = (),
-    shards: Mapping[str, Shard] | None = None,
-) -> tuple[list[_Chosen], SourceEvidence | None]:
-    """The source's representatives ``(candidate, cluster size, weight, stratum)`` by its
-    sampling design (:mod:`distprompt.choose.design`: take-all rows, first-reply length strata,
-    herding within each, calibrated weights in corpus rows) and the report's measurements of
-    them (taken here, where pool, features and selection are at hand)."""
-    k = quota.granted
-    if k <= 0 or not cands:
-        return [], None
-    # The reference sample: the pool's REPLY_SAMPLE smallest keys, whose replies the pass
-    # measured (those a byte range left out are read back here); others may have been measured
-    # too, depending on how the shards were split into units: left out, so the result does
-    # not depend on it.
-    ref_keys = {c.key for c in sorted(cands, key=lambda c: c.key)[:REPLY_SAMPLE]}
-    if shards and k < len(cands):
-        cands = measure_reference(cands, ref_keys, shards, seed=config.seed)
-    rows = max(1, stats.rows)
-    pool_keys = {c.key: c for c in cands}
-    # the take-all stratum, from the longest first replies the pass kept whatever their key
-    # (the pool's own when none were handed on)
-    longest = list(heavy) or sorted(cands, key=lambda c: (-c.first_response_length, c.key))
-    longest = longest[: max(k, 1)]
-    taken = [
-        longest[i]
-        for i in take_all([c.first_response_length for c in longest], k, stats.first_reply_tokens)
-    ]
-    if k >= len(cands) and not taken:
-        counts = np.array([c.count for c in cands], dtype=np.float64)
-        w = counts * rows / counts.sum()
-        every = [(c, 1, float(wi), "len1") for c, wi in zip(cands, w, strict=True)]
-        ev = measure_source(
-            cands,
-            range(len(cands)),
-            list(w / w.sum()),
-            stats=stats,
-            seed=config.seed,
-            max_output_tokens=config.max_output_tokens,
-        )
-        return every, ev
-    taken_keys = {c.key for c in taken}
-    fixed = [float(pool_keys[c.key].count if c.key in pool_keys else c.count) for c in taken]
-    rest = [c for c in cands if c.key not in taken_keys]
-    k_rest = min(k - len(taken), len(rest))
-    chosen: list[_Chosen] = [(c, 1, f, "take-all") for c, f in zip(taken, fixed, strict=True)]
-    if k_rest <= 0:
-        members = taken
-        ev = measure_source(
-            members,
-            range(len(members)),
-            _shares(fixed),
-            stats=stats,
-            seed=config.seed,
-            max_output_tokens=config.max_output_tokens,
-        )
-        return chosen, ev
-    rest, taken = ([_in_ref(c, ref_keys) for c in part] for part in (rest, taken))
-    # features of the take-all rows too (after the rest), for the report's coverage figures;
-    # cut to the feature budget as they are read (a large pool's windows are read back from
-    # the window store: 40 MB for the 4x benchmark corpus's SWE pool, 12 MB once cut)
-    allc = rest + taken
-    w = budget_width(sum(c.n_feature_ids for c in allc), len(allc), FEATURE_BUDGET)
-    first = np.array([c.first_response_length for c in rest], dtype=np.int64)
-    has_reply = np.array([c.reply is not None for c in rest])
-    feats = vectorize(
-        [c.feature_ids if w is None else head_tail(c.feature_ids, w) for c in allc],
-        lengths=[c.n_prompt_tokens for c in allc],
-        response_lengths=[c.first_response_length for c in allc],
-        replies=np.array([c.reply_shares() for c in allc]),
-        replied=np.array([c.reply is not None for c in allc]),
-        dims=config.lsa_dims,
-        length_weight=config.length_weight,
-        seed=config.seed,
-    )
-    counts = np.array([c.count for c in rest], dtype=np.float64)
-    rows_rest = max(1.0, rows - sum(fixed))
-    mass = counts * rows_rest / counts.sum()  # corpus rows each candidate stands for
-    strata, _lower = length_strata(first, mass, strata_count(k_rest))
-    h = int(strata.max()) + 1
-    sizes = np.bincount(strata, minlength=h)
-    picks_h = allocate_picks(
-        np.bincount(strata, weights=mass, minlength=h).tolist(),
-        np.bincount(strata, weights=mass * first, minlength=h).tolist(),
-        sizes.tolist(),
-        k_rest,
-    )
-    idx: list[int] = []
-    design: list[float] = []
-    labels = np.full(len(rest), -1, dtype=np.int64)
-    cluster_sizes: list[int] = []
-    names: list[str] = []
-    for s_i in range(h):
-        in_h = np.flatnonzero(strata == s_i)
-        n_h = picks_h[s_i]
-        if n_h <= 0 or in_h.size == 0:
-            continue
-        # herding among the stratum's candidates whose reply was measured (a uniform sample
-        # of the pool: :data:`distprompt.read.scan.REPLY_SAMPLE`), all of them when none was
-        pickable = in_h[has_reply[in_h]] if has_reply[in_h].sum() >= n_h else in_h
-        sub = _subset(feats, pickable)
-        sel = select(
-            sub, n_h, method=config.method, seed=config.seed, near_duplicate=config.near_duplicate
-        )
-        got = [int(pickable[i]) for i in sel.indices]
-        near = assign(feats.joint[in_h], [int(np.searchsorted(in_h, g)) for g in got])
-        base = len(idx)
-        labels[in_h] = base + near
-        cluster_sizes.extend(int(v) for v in np.bincount(near, minlength=len(got)))
-        idx.extend(got)
-        design.extend([float(mass[in_h].sum()) / len(got)] * len(got))
-        names.extend([f"len{s_i + 1}"] * len(got))
-    weights, residual = _calibrated(
-        rest, idx, np.asarray(design), mass, has_reply, stats, taken, fixed
-    )
-    if residual is not None:
-        logger.debug("%s: calibration residual %s", rest[0].source, residual)
-    chosen.extend(
-        (rest[i], size, float(wi), name)
-        for i, size, wi, name in zip(idx, cluster_sizes, weights, names, strict=True)
-    )
-    n_rest = len(rest)
-    all_labels = np.concatenate([labels, len(idx) + np.arange(len(taken))])
-    ev = measure_source(
-        allc,
-        [*idx, *range(n_rest, n_rest + len(taken))],
-        _shares([*weights.tolist(), *fixed]),
-        stats=stats,
-        content=feats.content,
-        log_length=feats.log_length,
-        labels=all_labels,
-        seed=config.seed,
-        max_output_tokens=config.max_output_tokens,
-    )
-    return chosen, ev
-
-
-def _in_ref(c: Candidate, ref_keys: set[int]) -> Candidate:
-    """``c``, without reply features unless it is in the reference sample."""
-    return c if c.reply is None or c.key in ref_keys else dataclasses.replace(c, reply=None)
-
-
-def _shares(w: Sequence[float]) -> list[float]:
-    tot = float(sum(w))
-    return [x / tot for x in w] if tot > 0 else [1.0 / len(w)] * len(w)
-
-
-def _subset(f: Features, idx: np.ndarray) -> Features:
-    return Features(
-        tfidf=f.tfidf[idx], content=f.content[idx], joint=f.joint[idx], log_length=f.log_length[idx]
-    )
-
-
-def _calibrated(
-    rest: Sequence[Candidate],
-    idx: Sequence[int],
-    design: np.ndarray,
-    mass: np.ndarray,
-    has_reply: np.ndarray,
-    stats: SourceStats,
-    taken: Sequence[Candidate],
-    fixed: Sequence[float],
-) -> tuple[np.ndarray, tuple[float, ...] | None]:
-    """The items' weights calibrated to the source's totals outside the take-all stratum:
-    rows, prompt tokens and first-reply tokens (exact, from the pass) and, with enough items,
-    the token-weighted reply-content shares (estimated from the candidates whose reply was
-    measured). Returns the weights and the residual per constraint."""
-    prompt = np.array([c.n_prompt_tokens for c in rest], dtype=np.float64)
-    first = np.array([c.first_response_length for c in rest], dtype=np.float64)
-    t_rows = stats.rows - sum(fixed)
-    t_prompt = stats.prompt_tokens - sum(
-        f * c.n_prompt_tokens for c, f in zip(taken, fixed, strict=True)
-    )
-    t_first = stats.first_reply_tokens - sum(
-        f * c.first_response_length for c, f in zip(taken, fixed, strict=True)
-    )
-    cols = [np.ones(len(rest)), prompt, first]
-    targets = [t_rows, t_prompt, t_first]
-    n = len(idx)
-    if n >= 8 and has_reply.any():
-        shares = np.array([c.reply_shares() for c in rest])
-        ref = has_reply
-        # every reply feature (REPLY_FEATURES), weighted by reply tokens: their corpus totals
-        # estimated from the measured candidates (a uniform sample of the pool); chosen on the
-        # TUNE corpora (benchmarks/RESULTS.md)
-        per_token = (
-            (mass[ref] * first[ref]) @ shares[ref] / max(1e-9, float(mass[ref] @ first[ref]))
-        )
-        for j in range(shares.shape[1]):
-            cols.append(first * shares[:, j])
-            targets.append(per_token[j] * t_first)
-    elif n < 3:
-        cols, targets = cols[:1], targets[:1]
-    x = np.stack(cols, axis=1)[np.asarray(idx)]
-    if t_rows <= 0 or t_first < 0:
-        return design, None
-    # when the bounds leave no weights that meet them all, the exact totals hold and the
-    # estimated reply shares come as close as they can (the shares are a sample's estimate;
-    # dropping them altogether, as before, lost most of what they bring at 20 per source:
-    # benchmarks/RESULTS.md)
-    cal = calibrate(design, x, np.asarray(targets, dtype=np.float64), exact=3)
-    return cal.weights, cal.residual
-
-
-def _heavy(part: Partial, source: str) -> list[Candidate]:
-    """The source's rows with the longest first replies, kept by the pass whatever their key
-    (:class:`~distprompt.read.scan.TopReplies`): the take-all stratum's candidates."""
-    top = part.heavy.get(source)
-    return top.candidates() if top is not None else []
-
-
 #: The pools being selected from, for worker processes forked from this one (see _select_job).
 _SELECTING: dict[str, BottomK] = {}
 
@@ -1065,8 +785,8 @@ def _select_job(
     cands: list[Candidate] | BottomK | None = None,
     heavy: Sequence[Candidate] = (),
     shards: Mapping[str, Shard] | None = None,
-) -> tuple[list[_Chosen], SourceEvidence | None]:
-    """:func:`_select_source` in a worker process (on one BLAS thread, as here) or the selection
+) -> tuple[list[Chosen], SourceEvidence | None]:
+    """:func:`select_source` in a worker process (on one BLAS thread, as here) or the selection
     thread (whose pool set that for the process: the limits are not set from two threads); a
     forked worker finds the pool in :data:`_SELECTING` (copying it costs a second and tens of
     MB). A pool's candidates are made here, when its selection starts (a pool compacted after
@@ -1075,7 +795,7 @@ def _select_job(
     with _one_thread() if in_process else contextlib.nullcontext(), _one_openmp_thread():
         try:
             got = _SELECTING[source] if cands is None else cands
-            return _select_source(
+            return select_source(
                 got.candidates() if isinstance(got, BottomK) else got,
                 quota,
                 config,
@@ -1171,7 +891,7 @@ class _EarlySelection:
                 stats,
                 part.pools[s].candidates(),
                 decoded,
-                _heavy(part, s),
+                heavy_candidates(part, s),
                 part.shards,
             )
             self._jobs[s] = _EarlyJob(fut, stats, quotas[s], decoded)
@@ -1185,7 +905,7 @@ class _EarlySelection:
         decoded: dict[str, Any],
         heavy: list[Candidate],
         shards: Mapping[str, Shard],
-    ) -> tuple[list[_Chosen], SourceEvidence | None]:
+    ) -> tuple[list[Chosen], SourceEvidence | None]:
         """The source's selection, then (while the pass runs and the tokenizer is loaded) its
         items: read back and decoded as :func:`_select_and_decode` would (one job at a time
         while the pass runs: the gate)."""
@@ -1206,8 +926,8 @@ class _EarlySelection:
                         else None
                     )
                     self.profile = (tok, learned, said)
-                picks = _picks(result[0], self.shards, self._config)
-                decoded["items"] = (picks, _make_batch(picks, (tok, self.profile[1], self._config)))
+                picks = picks_of(result[0], self.shards, self._config)
+                decoded["items"] = (picks, make_batch(picks, (tok, self.profile[1], self._config)))
             return result
 
     def close(self) -> None:
@@ -1417,9 +1137,8 @@ def _submit_selection(
         out = {}
         for s in largest_first:
             weight = min(part.pools[s].feature_tokens(), FEATURE_BUDGET)
-            args = (
-                s, quotas[s], config, part.stats[s], part.pools[s], _heavy(part, s), part.shards
-            )  # fmt: skip
+            heavy = heavy_candidates(part, s)
+            args = (s, quotas[s], config, part.stats[s], part.pools[s], heavy, part.shards)
             out[fitting.submit(weight, _select_job, *args)] = s
         return out
     forked = multiprocessing.get_start_method() == "fork"
@@ -1433,7 +1152,7 @@ def _submit_selection(
             config,
             part.stats[s],
             None if forked else part.pools[s].candidates(),
-            _heavy(part, s),
+            heavy_candidates(part, s),
             part.shards,
         ): s
         for s in largest_first
@@ -1451,7 +1170,7 @@ def _select_and_decode(
     warn: Callable[[str], None],
     submitted: dict[Future[Any], str] | None,
     on_selected: Callable[[dict[str, int], dict[str, SourceEvidence | None]], None],
-    decoded: Callable[[str], tuple[list[_Pick], list[SuiteItem]] | None] | None = None,
+    decoded: Callable[[str], tuple[list[Pick], list[SuiteItem]] | None] | None = None,
 ) -> tuple[dict[str, int], list[SuiteItem], dict[str, SourceEvidence | None]]:
     """Select each source's representatives, read them back and decode them.
 
@@ -1467,37 +1186,37 @@ def _select_and_decode(
         Items selected per source, the items (by source, then cluster), the report's evidence.
     """
     sources = sorted(part.stats)
-    picks: dict[str, list[_Pick]] = {}
+    picks: dict[str, list[Pick]] = {}
     evidence: dict[str, SourceEvidence | None] = {}
     items: dict[str, list[SuiteItem]] = {}
     # With Ray, all picks are decoded at the end as tasks spread over the cluster.
     decode_here = config.engine != "ray"
 
-    def take(source: str, result: tuple[list[_Chosen], Any]) -> None:
+    def take(source: str, result: tuple[list[Chosen], Any]) -> None:
         ready = decoded(source) if decoded is not None else None
         if ready is not None and decode_here:  # decoded during the pass (_EarlySelection)
             picks[source], items[source] = ready
             return
-        picks[source] = _picks(result[0], shards, config)
+        picks[source] = picks_of(result[0], shards, config)
         if decode_here:
-            items[source] = _make_batch(picks[source], (tok, profile, config))
+            items[source] = make_batch(picks[source], (tok, profile, config))
 
     def all_selected(results: dict[str, Any]) -> None:
         evidence.update({s: results[s][1] for s in sources})
         on_selected({s: len(results[s][0]) for s in sources}, evidence)
 
-    results: dict[str, tuple[list[_Chosen], Any]] = {}
+    results: dict[str, tuple[list[Chosen], Any]] = {}
     # BLAS on one thread where this thread selects; a pool's thread or processes set it there.
     with _one_thread() if submitted is None else contextlib.nullcontext():
         if submitted is None:
             with _one_openmp_thread():
                 for s in sources:
-                    results[s] = _select_source(
+                    results[s] = select_source(
                         part.pools[s].candidates(),
                         quotas[s],
                         config,
                         part.stats[s],
-                        _heavy(part, s),
+                        heavy_candidates(part, s),
                         part.shards,
                     )
             all_selected(results)
@@ -1527,7 +1246,7 @@ def _select_and_decode(
         if decode_here:
             every = [it for s in sources for it in items[s]]
         else:
-            every = _make_items(
+            every = make_items(
                 [p for s in sources for p in picks[s]],
                 tokenizer=tok,
                 profile=profile,
@@ -1629,292 +1348,3 @@ class _PlotProcess:
         for _, proc in self._procs:
             with contextlib.suppress(OSError, ValueError):
                 proc.communicate()
-
-
-#: A selected candidate and its cluster index, cluster size and weight.
-_Pick = tuple[Candidate, int, int, float, str]
-
-
-def _picks(chosen: Sequence[_Chosen], shards: Sequence[Shard], config: Config) -> list[_Pick]:
-    """A source's selection ``(candidate, cluster size, weight)`` read back from its shards,
-    with each item's cluster number."""
-    loaded = load_candidates([c for c, _, _, _ in chosen], shards, seed=config.seed)
-    return [
-        (cand, cluster, size, weight, stratum)
-        for cluster, (cand, (_, size, weight, stratum)) in enumerate(
-            zip(loaded, chosen, strict=True)
-        )
-    ]
-
-
-def _make_batch(picks: Sequence[_Pick], shared: tuple[Any, Any, Config]) -> list[SuiteItem]:
-    tokenizer, profile, config = shared
-    return [
-        _make_item(
-            cand,
-            cluster=cluster,
-            size=size,
-            weight=weight,
-            stratum=stratum,
-            tokenizer=tokenizer,
-            profile=profile,
-            config=config,
-        )
-        for cand, cluster, size, weight, stratum in picks
-    ]
-
-
-def _make_items(
-    picks: list[_Pick],
-    *,
-    tokenizer: Any,
-    profile: Any,
-    config: Config,
-    warn: Callable[[str], None],
-) -> list[SuiteItem]:
-    """Decode the picks (and recover their turns) here, or with ``engine="ray"`` as one Ray task
-    per CPU of the cluster over consecutive picks, in order: the same items either way."""
-    shared = (tokenizer, profile, config)
-    if config.engine != "ray" or len(picks) < 2:
-        return _make_batch(picks, shared)
-    import contextlib
-
-    from distprompt.read.engine import UnitFailure, connect_ray, ray_map
-
-    ray = connect_ray(config.ray_address)
-    n = max(1, min(len(picks), int(ray.cluster_resources().get("CPU", 1))))
-    step = -(-len(picks) // n)
-    batches = [picks[i : i + step] for i in range(0, len(picks), step)]
-    names = [f"items {i + 1}-{min(i + step, len(picks))}" for i in range(0, len(picks), step)]
-    items: list[SuiteItem] = []
-    results = ray_map(_make_batch, batches, names=names, address=config.ray_address, shared=shared)
-    with contextlib.closing(results):
-        for batch, res in zip(batches, results, strict=True):
-            if isinstance(res, UnitFailure):
-                warn(
-                    f"decoding {res.name} on Ray failed {res.attempts} times ({res.reason}); "
-                    "decoded on the driver instead"
-                )
-                res = _make_batch(batch, shared)
-            items.extend(res)
-    return items
-
-
-def _make_item(
-    cand: Candidate,
-    *,
-    cluster: int,
-    size: int,
-    weight: float,
-    stratum: str,
-    tokenizer: Any,
-    profile: Any,
-    config: Config,
-) -> SuiteItem:
-    assert cand.prompt_ids is not None and cand.prompt_mask is not None
-    assert cand.response_ids is not None
-    prompt_ids = [int(i) for i in cand.prompt_ids]
-    max_tokens = max_tokens_for(int(cand.response_ids.shape[0]), config.max_output_tokens)
-    messages = tools = None
-    fidelity = reason = structure = None
-    template_kwargs = None
-    ambiguities: tuple[Any, ...] = ()
-    if profile is not None:
-        from distprompt.recover.turns import recover_turns
-
-        rec = recover_turns(
-            prompt_ids,
-            tokenizer=tokenizer,
-            profile=profile,
-            loss_mask=[int(m) for m in cand.prompt_mask],
-        )
-        messages, tools, fidelity, reason = rec.messages, rec.tools, rec.fidelity, rec.reason
-        template_kwargs = rec.chat_template_kwargs
-        structure = rec.structure
-        ambiguities = rec.ambiguities
-    return SuiteItem(
-        id=item_id(cand.source, cand.prompt_ids),
-        source=cand.source,
-        prompt=decode(tokenizer, prompt_ids),
-        n_prompt_tokens=cand.n_prompt_tokens,
-        n_response_tokens=cand.n_response_tokens,
-        max_tokens=max_tokens,
-        cluster=cluster,
-        cluster_size=size,
-        weight=round(weight, 9),
-        stratum=stratum,
-        provenance=cand.provenance,
-        prompt_ids=tuple(prompt_ids),
-        response=decode(tokenizer, cand.response_ids, keep_special=False),
-        response_ids=tuple(cand.response_ids.tolist()),
-        duplicates=cand.count,
-        messages=messages,
-        tools=tools,
-        fidelity=fidelity,
-        fidelity_reason=reason,
-        chat_template_kwargs=template_kwargs,
-        structure=structure,
-        ambiguities=ambiguities,
-    )
-
-
-def _quantiles(counter: Any) -> dict[str, int]:
-    qs = histogram_quantiles(counter, (0.0, 0.5, 0.9, 0.99, 1.0))
-    return dict(zip(("min", "p50", "p90", "p99", "max"), qs, strict=False))
-
-
-def _design_summary(items: Sequence[SuiteItem], st: SourceStats) -> dict[str, Any]:
-    """The source's sampling design as written: items per stratum, the take-all rows, and how
-    far the weighted totals are from the corpus's (``(weighted - corpus) / corpus``; the first
-    reply as the items' recorded length, before any ``max_output_tokens`` cap)."""
-    strata: dict[str, int] = {}
-    weights: dict[str, float] = {}
-    for it in items:
-        name = it.stratum or "none"
-        strata[name] = strata.get(name, 0) + 1
-        weights[name] = weights.get(name, 0.0) + it.weight
-
-    def first(it: SuiteItem) -> int:
-        return len(it.response_ids) if it.response_ids is not None else it.max_tokens
-
-    def gap(got: float, want: float) -> float | None:
-        return round((got - want) / want, 6) + 0.0 if want else None
-
-    return {
-        "strata": dict(sorted(strata.items())),
-        "rows_represented": {k: round(v, 3) for k, v in sorted(weights.items())},
-        "take_all": [
-            f"{it.provenance.shard}:{it.provenance.line}"
-            for it in items
-            if it.stratum == "take-all"
-        ],
-        # the share of the source's first-reply tokens the take-all rows hold
-        "take_all_reply_share": round(
-            sum(it.weight * first(it) for it in items if it.stratum == "take-all")
-            / st.first_reply_tokens,
-            6,
-        )
-        if st.first_reply_tokens
-        else None,
-        "residual": {
-            "rows": gap(sum(it.weight for it in items), st.rows),
-            "prompt_tokens": gap(
-                sum(it.weight * it.n_prompt_tokens for it in items), st.prompt_tokens
-            ),
-            "first_reply_tokens": gap(
-                sum(it.weight * first(it) for it in items), st.first_reply_tokens
-            ),
-        },
-    }
-
-
-def _manifest(
-    config: Config,
-    tinfo: TokenizerInfo,
-    shards: Sequence[Shard],
-    part: Partial,
-    quotas: dict[str, Quota],
-    selected: dict[str, int],
-    items: Sequence[SuiteItem],
-    warnings: list[str],
-    *,
-    data: Any,
-    ignored: Sequence[str] = (),
-    verdict: TokenizerFigures | None = None,
-) -> dict[str, Any]:
-    import sklearn
-    import tokenizers
-    import transformers
-
-    fp = hashlib.sha256()
-    for s in shards:
-        fp.update(f"{s.name}\x00{s.size}\n".encode())
-    sources: dict[str, Any] = {}
-    for src in sorted(part.stats):
-        st = part.stats[src]
-        unique, exact = part.pools[src].distinct()
-        fid: dict[str, int] = {}
-        structure: dict[str, int] = {}
-        ambiguous: dict[str, int] = {}
-        for it in items:
-            if it.source == src:
-                for a in it.ambiguities:
-                    key = f"{a.kind}:{a.reading}"
-                    ambiguous[key] = ambiguous.get(key, 0) + 1
-            if it.source == src and it.fidelity is not None:
-                fid[it.fidelity] = fid.get(it.fidelity, 0) + 1
-            if it.source == src and it.structure is not None:
-                structure[it.structure] = structure.get(it.structure, 0) + 1
-        sources[src] = {
-            "rows": st.rows,
-            "unique_prompts": unique,
-            "unique_exact": exact,
-            "duplicate_rows": max(0, st.rows - unique),
-            "candidates": len(part.pools[src]),
-            "target": quotas[src].target,
-            "selected": selected.get(src, 0),
-            "prompt_tokens": _quantiles(st.prompt_lengths),
-            # n_response_tokens: the whole rest of the row, every later turn included
-            "response_tokens": _quantiles(st.response_lengths),
-            # the first assistant span after the prompt: what max_tokens asks for
-            "first_reply_tokens": _quantiles(st.first_reply_lengths),
-            "fidelity": dict(sorted(fid.items())),
-            # How the turns were recovered: `turns` (every turn recognised) or `flat` (fallback).
-            "structure": dict(sorted(structure.items())),
-            # Readings the tokens leave open, by kind and the reading kept (`user`: no
-            # evidence for a system prompt; `system`: the source's items gave it).
-            "ambiguities": dict(sorted(ambiguous.items())),
-            "design": _design_summary([it for it in items if it.source == src], st),
-        }
-    data_spec = sorted(str(d) for d in data) if isinstance(data, (list, tuple)) else str(data)
-    cfg = config.recorded()  # not how the pass ran nor how the files are written
-    return {
-        "distprompt_version": __version__,
-        "versions": {
-            "python": platform.python_version(),
-            "numpy": np.__version__,
-            "scikit-learn": sklearn.__version__,
-            "tokenizers": tokenizers.__version__,
-            "transformers": transformers.__version__,
-        },
-        "config": cfg,
-        "data": data_spec,
-        "tokenizer": tinfo.to_dict(),
-        "corpus": {
-            "fingerprint": fp.hexdigest(),
-            "shards": [
-                {"name": s.name, "bytes": s.size, "rows": part.shard_rows.get(s.name, 0)}
-                for s in shards
-            ],
-            "ignored": list(ignored),
-        },
-        "counts": {
-            "rows": sum(st.rows for st in part.stats.values()),
-            "items": len(items),
-            "skipped": dict(sorted(part.tally.skipped.items())),
-            "first_skipped": dict(sorted(part.tally.first_skip.items())),
-            "anomalies": {
-                k: v for k, v in sorted(part.tally.anomalies.items()) if k not in _MARKER_FLAGS
-            },
-            # Only when some shard was left out: a complete run's manifest does not change.
-            **({"failed_shards": dict(sorted(part.failed.items()))} if part.failed else {}),
-        },
-        "tokenizer_check": _verdict_dict(verdict, enforced=config.check_tokenizer),
-        "sources": sources,
-        "warnings": list(warnings),
-    }
-
-
-def _verdict_dict(verdict: TokenizerFigures | None, *, enforced: bool) -> dict[str, Any] | None:
-    """The manifest's ``tokenizer_check``: the verdict, whether it was enforced, the checks."""
-    if verdict is None:
-        return None
-    d = verdict.to_dict()
-    return {
-        "passed": verdict.passed,
-        "enforced": enforced,
-        "mismatch": verdict.mismatch,
-        "start_markers": d["start_markers"],
-        "generation_prompt": d["generation_prompt"],
-        "checks": d["checks"],
-    }

@@ -1,0 +1,211 @@
+"""``manifest.json``: what an export read, checked, chose and wrote (:func:`build_manifest`)."""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from distprompt._version import __version__
+from distprompt.choose.stratify import Quota
+from distprompt.config import Config
+from distprompt.read.scan import Partial
+from distprompt.records import Shard, SourceStats, SuiteItem, histogram_quantiles
+from distprompt.recover.checks import TokenizerFigures
+from distprompt.recover.decode import TokenizerInfo
+
+__all__ = ["MARKER_FLAGS", "build_manifest", "design_summary", "template_summary", "verdict_dict"]
+
+#: Flags of the marker check: reported under ``tokenizer_check``, not as schema anomalies.
+MARKER_FLAGS = frozenset({"template_start_missing", "generation_prompt_missing"})
+
+
+def template_summary(profile: Any) -> dict[str, Any] | None:
+    """What turn recovery learned from the chat template, for the manifest."""
+    if profile is None:
+        return None
+    return {
+        "sha256": profile.template_sha256,
+        "generation_prompt": profile.generation_prompt,
+        "role_markers": dict(sorted(profile.role_markers().items())),
+        "template_adds_bos": profile.template_adds_bos,
+        "supports_system": profile.supports_system,
+        "supports_tools": profile.supports_tools,
+        "supports_tool_calls": profile.supports_tool_calls,
+        "arguments_style": profile.arguments_style,
+        # A template that drops earlier reasoning cannot round-trip such prompts by design.
+        "drops_earlier_reasoning": profile.drops_earlier_reasoning,
+        "switches": sorted(
+            {k for _, _, kw in profile.generation_variants for k, _ in kw}
+            | {k for kw, _ in profile.switch_tables for k, _ in kw}
+        ),
+        # Each probe once, with its final outcome (a probe retried with string arguments that
+        # then rendered is `ok`); failed_probes are the ones refused in every form.
+        "probes": dict(profile.probes),
+        "failed_probes": sorted(profile.failed_probes),
+    }
+
+
+def _quantiles(counter: Any) -> dict[str, int]:
+    qs = histogram_quantiles(counter, (0.0, 0.5, 0.9, 0.99, 1.0))
+    return dict(zip(("min", "p50", "p90", "p99", "max"), qs, strict=False))
+
+
+def design_summary(items: Sequence[SuiteItem], st: SourceStats) -> dict[str, Any]:
+    """The source's sampling design as written: items per stratum, the take-all rows, and how
+    far the weighted totals are from the corpus's (``(weighted - corpus) / corpus``; the first
+    reply as the items' recorded length, before any ``max_output_tokens`` cap)."""
+    strata: dict[str, int] = {}
+    weights: dict[str, float] = {}
+    for it in items:
+        name = it.stratum or "none"
+        strata[name] = strata.get(name, 0) + 1
+        weights[name] = weights.get(name, 0.0) + it.weight
+
+    def first(it: SuiteItem) -> int:
+        return len(it.response_ids) if it.response_ids is not None else it.max_tokens
+
+    def gap(got: float, want: float) -> float | None:
+        return round((got - want) / want, 6) + 0.0 if want else None
+
+    return {
+        "strata": dict(sorted(strata.items())),
+        "rows_represented": {k: round(v, 3) for k, v in sorted(weights.items())},
+        "take_all": [
+            f"{it.provenance.shard}:{it.provenance.line}"
+            for it in items
+            if it.stratum == "take-all"
+        ],
+        # the share of the source's first-reply tokens the take-all rows hold
+        "take_all_reply_share": round(
+            sum(it.weight * first(it) for it in items if it.stratum == "take-all")
+            / st.first_reply_tokens,
+            6,
+        )
+        if st.first_reply_tokens
+        else None,
+        "residual": {
+            "rows": gap(sum(it.weight for it in items), st.rows),
+            "prompt_tokens": gap(
+                sum(it.weight * it.n_prompt_tokens for it in items), st.prompt_tokens
+            ),
+            "first_reply_tokens": gap(
+                sum(it.weight * first(it) for it in items), st.first_reply_tokens
+            ),
+        },
+    }
+
+
+def build_manifest(
+    config: Config,
+    tinfo: TokenizerInfo,
+    shards: Sequence[Shard],
+    part: Partial,
+    quotas: dict[str, Quota],
+    selected: dict[str, int],
+    items: Sequence[SuiteItem],
+    warnings: list[str],
+    *,
+    data: Any,
+    ignored: Sequence[str] = (),
+    verdict: TokenizerFigures | None = None,
+) -> dict[str, Any]:
+    import sklearn
+    import tokenizers
+    import transformers
+
+    fp = hashlib.sha256()
+    for s in shards:
+        fp.update(f"{s.name}\x00{s.size}\n".encode())
+    sources: dict[str, Any] = {}
+    for src in sorted(part.stats):
+        st = part.stats[src]
+        unique, exact = part.pools[src].distinct()
+        fid: dict[str, int] = {}
+        structure: dict[str, int] = {}
+        ambiguous: dict[str, int] = {}
+        for it in items:
+            if it.source == src:
+                for a in it.ambiguities:
+                    key = f"{a.kind}:{a.reading}"
+                    ambiguous[key] = ambiguous.get(key, 0) + 1
+            if it.source == src and it.fidelity is not None:
+                fid[it.fidelity] = fid.get(it.fidelity, 0) + 1
+            if it.source == src and it.structure is not None:
+                structure[it.structure] = structure.get(it.structure, 0) + 1
+        sources[src] = {
+            "rows": st.rows,
+            "unique_prompts": unique,
+            "unique_exact": exact,
+            "duplicate_rows": max(0, st.rows - unique),
+            "candidates": len(part.pools[src]),
+            "target": quotas[src].target,
+            "selected": selected.get(src, 0),
+            "prompt_tokens": _quantiles(st.prompt_lengths),
+            # n_response_tokens: the whole rest of the row, every later turn included
+            "response_tokens": _quantiles(st.response_lengths),
+            # the first assistant span after the prompt: what max_tokens asks for
+            "first_reply_tokens": _quantiles(st.first_reply_lengths),
+            "fidelity": dict(sorted(fid.items())),
+            # How the turns were recovered: `turns` (every turn recognised) or `flat` (fallback).
+            "structure": dict(sorted(structure.items())),
+            # Readings the tokens leave open, by kind and the reading kept (`user`: no
+            # evidence for a system prompt; `system`: the source's items gave it).
+            "ambiguities": dict(sorted(ambiguous.items())),
+            "design": design_summary([it for it in items if it.source == src], st),
+        }
+    data_spec = sorted(str(d) for d in data) if isinstance(data, (list, tuple)) else str(data)
+    cfg = config.recorded()  # not how the pass ran nor how the files are written
+    return {
+        "distprompt_version": __version__,
+        "versions": {
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "scikit-learn": sklearn.__version__,
+            "tokenizers": tokenizers.__version__,
+            "transformers": transformers.__version__,
+        },
+        "config": cfg,
+        "data": data_spec,
+        "tokenizer": tinfo.to_dict(),
+        "corpus": {
+            "fingerprint": fp.hexdigest(),
+            "shards": [
+                {"name": s.name, "bytes": s.size, "rows": part.shard_rows.get(s.name, 0)}
+                for s in shards
+            ],
+            "ignored": list(ignored),
+        },
+        "counts": {
+            "rows": sum(st.rows for st in part.stats.values()),
+            "items": len(items),
+            "skipped": dict(sorted(part.tally.skipped.items())),
+            "first_skipped": dict(sorted(part.tally.first_skip.items())),
+            "anomalies": {
+                k: v for k, v in sorted(part.tally.anomalies.items()) if k not in MARKER_FLAGS
+            },
+            # Only when some shard was left out: a complete run's manifest does not change.
+            **({"failed_shards": dict(sorted(part.failed.items()))} if part.failed else {}),
+        },
+        "tokenizer_check": verdict_dict(verdict, enforced=config.check_tokenizer),
+        "sources": sources,
+        "warnings": list(warnings),
+    }
+
+
+def verdict_dict(verdict: TokenizerFigures | None, *, enforced: bool) -> dict[str, Any] | None:
+    """The manifest's ``tokenizer_check``: the verdict, whether it was enforced, the checks."""
+    if verdict is None:
+        return None
+    d = verdict.to_dict()
+    return {
+        "passed": verdict.passed,
+        "enforced": enforced,
+        "mismatch": verdict.mismatch,
+        "start_markers": d["start_markers"],
+        "generation_prompt": d["generation_prompt"],
+        "checks": d["checks"],
+    }
