@@ -261,13 +261,13 @@ def test_checks_beside_selection_say_the_same(
     # On a large corpus, selection starts (in worker processes, or a thread with one worker)
     # before the tokenizer checks run here: the refusal, the warnings and the files are as on a
     # small corpus, where everything runs here one after another.
-    from distprompt import pipeline
+    from distprompt.pipeline import schedule
 
     kw: dict = {"per_source": 4, "recover_turns": False}
     with pytest.raises(TokenizerError) as one:
         build_suite(deepseek_data, tokenizer=qwen_dir, **kw)
     written = build_suite(deepseek_data, tokenizer=qwen_dir, check_tokenizer=False, **kw)
-    monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
+    monkeypatch.setattr(schedule, "OVERLAP_BYTES", 0)
     with pytest.raises(TokenizerError) as two:
         build_suite(deepseek_data, tokenizer=qwen_dir, workers=workers, **kw)
     assert str(two.value) == str(one.value)
@@ -290,26 +290,26 @@ def test_a_refusal_beside_selection_in_a_thread_drops_the_sources_not_started(
     # dropped, not selected first: of the three, at most the two the threads hold start.
     import threading
 
-    from distprompt import pipeline
+    from distprompt.pipeline import schedule
 
     data = make_corpus(tmp_path / "d", deepseek_tokenizer, {"a": 8, "b": 8, "c": 8})
-    monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
+    monkeypatch.setattr(schedule, "OVERLAP_BYTES", 0)
     started: list[str] = []
     gate = threading.Event()
-    real = pipeline.select_source
+    real = schedule.select_source
 
     def held(cands, quota, config, stats, heavy=(), shards=None):  # type: ignore[no-untyped-def]
         started.append(quota.source)
         gate.wait(30)  # until the refusal is raised
         return real(cands, quota, config, stats, heavy, shards)
 
-    monkeypatch.setattr(pipeline, "select_source", held)
+    monkeypatch.setattr(schedule, "select_source", held)
     try:
         with pytest.raises(TokenizerError):
             build_suite(data, tokenizer=qwen_dir, per_source=3, recover_turns=False, workers=1)
     finally:
         gate.set()
-    assert 1 <= len(started) <= pipeline._SELECT_THREADS < 3
+    assert 1 <= len(started) <= schedule.SELECT_THREADS < 3
 
 
 # --------------------------------------------------------------------------------------------

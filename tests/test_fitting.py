@@ -1,4 +1,5 @@
-"""The thread scheduler of selection (``pipeline._Fitting``): large pools not selected at once."""
+"""The thread scheduler of selection (``pipeline.schedule.Fitting``): large pools not selected
+at once."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 import pytest
 
-from distprompt.pipeline import _Fitting
+from distprompt.pipeline.schedule import Fitting
 
 
 def _recorder() -> tuple[dict[str, list], threading.Lock]:
@@ -31,7 +32,7 @@ def test_jobs_start_only_when_their_weights_fit_beside_those_under_way() -> None
 
     jobs = [("big1", 10), ("big2", 9), ("s1", 2), ("s2", 2), ("s3", 1), ("huge", 40)]
     with ThreadPoolExecutor(2) as pool:
-        fitting = _Fitting(pool, 12)
+        fitting = Fitting(pool, 12)
         futs = {fitting.submit(w, job, n, w): n for n, w in jobs}
         wait(futs)
     assert sorted(f.result() for f in futs) == sorted(n for n, _ in jobs)
@@ -54,7 +55,7 @@ def test_a_waiting_job_can_be_cancelled_and_an_error_reaches_its_future() -> Non
         raise ValueError("boom")
 
     with ThreadPoolExecutor(2) as pool:
-        fitting = _Fitting(pool, 10)
+        fitting = Fitting(pool, 10)
         a = fitting.submit(10, slow)
         b = fitting.submit(10, slow)  # does not fit beside a: waits
         c = fitting.submit(0, fails)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import distprompt.pipeline
+import distprompt.pipeline.schedule
 from distprompt import build_suite
 from distprompt.errors import TokenizerError
 from distprompt.recover.checks import Checks, RowCheck, prepare_checks
@@ -187,7 +188,7 @@ def test_checks_that_differ_read_data_again_with_a_warning(
     )
     assert not any("without transformers" in w for w in normal_warnings)
     if large:  # the pass in a worker process, sources selected (and decoded) during it
-        monkeypatch.setattr(distprompt.pipeline, "_OVERLAP_BYTES", 0)
+        monkeypatch.setattr(distprompt.pipeline.schedule, "OVERLAP_BYTES", 0)
 
     def wrong_checks(spec: Any) -> tuple[Any, Checks] | None:
         got = light_checks(spec)

@@ -117,7 +117,7 @@ def test_export_bytes_pinned(
     if how in ("overlap", "w2-overlap"):
         # the pass in worker processes while this one warms its imports, the pools' windows
         # in a temporary file (read back at selection), the sources selected in threads
-        monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
+        monkeypatch.setattr(pipeline.schedule, "OVERLAP_BYTES", 0)
     _export(tmp_path / "o", qwen_dir, workers=2 if how.startswith("w2") else 1)
     assert _sha(tmp_path / "o" / "suite.jsonl") == SUITE
     assert _stable_manifest(tmp_path / "o" / "manifest.json") == MANIFEST

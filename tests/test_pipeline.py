@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from pathlib import Path
 
 import orjson
@@ -193,23 +194,23 @@ def test_selection_and_plots_in_worker_processes_write_the_same_files(
     # worker processes with more, and any
     # large corpus draws its plots in a fresh process; every file (suite, exports, report,
     # PNGs, manifest) must be the bytes of the run in this process.
-    from distprompt import pipeline
+    from distprompt.pipeline import schedule
 
     here = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3).save(tmp_path / "a")
-    monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
+    monkeypatch.setattr(schedule, "OVERLAP_BYTES", 0)
     if not during_pass:
-        monkeypatch.setattr(pipeline._EarlySelection, "on_shard", lambda self, part: None)
+        monkeypatch.setattr(schedule.EarlySelection, "on_shard", lambda self, part: None)
     else:  # the pass ends once the thread has decoded what it selected
-        real_close = pipeline._EarlySelection.close
+        real_close = schedule.EarlySelection.close
 
         def close_when_done(self) -> None:  # type: ignore[no-untyped-def]
             for job in self._jobs.values():
                 job.future.result()
             real_close(self)
 
-        monkeypatch.setattr(pipeline._EarlySelection, "close", close_when_done)
+        monkeypatch.setattr(schedule.EarlySelection, "close", close_when_done)
     pools: list[str] = []
-    real_pool = pipeline._selection_pool
+    real_pool = schedule.selection_pool
 
     @contextlib.contextmanager
     def recording(n: int, **kw):  # type: ignore[no-untyped-def]
@@ -217,7 +218,7 @@ def test_selection_and_plots_in_worker_processes_write_the_same_files(
             pools.append(type(pool).__name__)
             yield pool
 
-    monkeypatch.setattr(pipeline, "_selection_pool", recording)
+    monkeypatch.setattr(schedule, "selection_pool", recording)
     with caplog.at_level("INFO", logger="distprompt.pipeline"):
         one = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3, workers=1)
     if during_pass:  # read back and decoded in the thread too
@@ -252,7 +253,7 @@ def test_a_source_selected_during_the_pass_is_used_only_if_nothing_changed(
     # A source is selected during the pass once a shard ends that added no row to it; it is
     # selected again after the pass if a later shard added rows to it, or if its quota is not
     # the final one (a total split by rows): the same files as a run without.
-    from distprompt import pipeline
+    from distprompt.pipeline import schedule
 
     a, b, c, d = (
         chat_rows(qwen_tokenizer, s, n) for s, n in (("a", 50), ("b", 15), ("c", 10), ("d", 2))
@@ -270,7 +271,7 @@ def test_a_source_selected_during_the_pass_is_used_only_if_nothing_changed(
     size = {n: (root / n / "tokenized_data.jsonl").stat().st_size for n in layout}
     assert size["A3"] < size["A1"] < size["A2"] < size["A4"]
     here = build_suite(root, tokenizer=qwen_dir, seed=3, **kw).save(tmp_path / "here")
-    monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
+    monkeypatch.setattr(schedule, "OVERLAP_BYTES", 0)
     with caplog.at_level("INFO", logger="distprompt.pipeline"):
         suite = build_suite(root, tokenizer=qwen_dir, seed=3, workers=1, **kw)
     assert f"submitted during the pass and still right: {said}" in caplog.text
@@ -294,7 +295,7 @@ def test_one_source_is_selected_at_a_time_during_the_pass_and_two_after_it(
     import threading
     import time
 
-    from distprompt import pipeline
+    from distprompt.pipeline import schedule
 
     root = tmp_path / "prepared"
     for i, (src, n) in enumerate((("a", 12), ("b", 14), ("c", 16), ("d", 18), ("e", 40))):
@@ -304,7 +305,7 @@ def test_one_source_is_selected_at_a_time_during_the_pass_and_two_after_it(
     over = threading.Event()
     lock = threading.Lock()
     running = {"now": 0, "during": 0, "after": 0}
-    real_job, real_close = pipeline._select_job, pipeline._EarlySelection.close
+    real_job, real_close = schedule.select_job, schedule.EarlySelection.close
 
     def select_job(*args, **kwargs):  # type: ignore[no-untyped-def]
         with lock:
@@ -326,9 +327,9 @@ def test_one_source_is_selected_at_a_time_during_the_pass_and_two_after_it(
         over.set()
         real_close(self)
 
-    monkeypatch.setattr(pipeline, "_select_job", select_job)
-    monkeypatch.setattr(pipeline._EarlySelection, "close", close)
-    monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
+    monkeypatch.setattr(schedule, "select_job", select_job)
+    monkeypatch.setattr(schedule.EarlySelection, "close", close)
+    monkeypatch.setattr(schedule, "OVERLAP_BYTES", 0)
     with caplog.at_level("INFO", logger="distprompt.pipeline"):
         suite = build_suite(root, tokenizer=qwen_dir, seed=3, per_source=4, workers=1)
     assert (running["during"], running["after"]) == (1, 2)
@@ -344,18 +345,18 @@ def test_plots_are_drawn_from_a_report_made_before_the_items(
 ) -> None:
     # On a large corpus the plots are drawn (elsewhere) from a report made as soon as every
     # source is selected, with the counts instead of the items: they are the final report's.
-    from distprompt import pipeline
+    from distprompt.pipeline import schedule
     from distprompt.write.render import plots
 
     seen: list = []
 
-    class Recording(pipeline._PlotProcess):
+    class Recording(schedule.PlotProcess):
         def send(self, report) -> None:  # type: ignore[no-untyped-def]
             seen.append(report)
             super().send(report)
 
-    monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
-    monkeypatch.setattr(pipeline, "_PlotProcess", Recording)
+    monkeypatch.setattr(schedule, "OVERLAP_BYTES", 0)
+    monkeypatch.setattr(schedule, "PlotProcess", Recording)
     suite = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3)
     (early,) = seen
     final = suite.report
@@ -374,11 +375,11 @@ def test_a_failed_plot_process_is_said_and_the_plots_drawn_here(
     caplog: pytest.LogCaptureFixture,
     workers: int,
 ) -> None:
-    from distprompt import pipeline
+    from distprompt.pipeline import schedule
     from distprompt.write.render import plots
 
-    monkeypatch.setattr(pipeline, "_OVERLAP_BYTES", 0)
-    monkeypatch.setattr(pipeline.sys, "executable", "/bin/false")  # the process fails
+    monkeypatch.setattr(schedule, "OVERLAP_BYTES", 0)
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # the process fails
     suite = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3, workers=workers)
     assert suite.report is not None
     with caplog.at_level("WARNING", logger="distprompt.pipeline.plots"):
@@ -468,36 +469,36 @@ def test_dataset_root_reads_the_shards_not_the_other_jsonl(
 def test_a_compressed_corpus_is_judged_large_by_what_it_holds() -> None:
     # A compressed shard counts as several times its size on disk: the benchmark's 1.5 GB of
     # rows are 40 MB as .jsonl.zst, and took the small-corpus path (no parallel selection).
-    from distprompt import pipeline
+    from distprompt.pipeline import schedule
     from distprompt.records import Shard
 
     mib = 1 << 20
-    big = pipeline._OVERLAP_BYTES
+    big = schedule.OVERLAP_BYTES
 
     def shard(name: str, size: int) -> Shard:
         return Shard(Path(name), name, size)
 
-    assert not pipeline._is_large([shard("a.jsonl", big // 2)])
-    assert pipeline._is_large([shard("a.jsonl", big // 2), shard("b.jsonl", big // 2)])
-    assert pipeline._is_large([shard("a.jsonl.zst", big // pipeline._COMPRESSED_FACTOR)])
-    assert pipeline._is_large([shard("a.jsonl.gz", big // 2)])
-    assert not pipeline._is_large([shard("a.jsonl.gz", mib)])
+    assert not schedule.is_large([shard("a.jsonl", big // 2)])
+    assert schedule.is_large([shard("a.jsonl", big // 2), shard("b.jsonl", big // 2)])
+    assert schedule.is_large([shard("a.jsonl.zst", big // schedule.COMPRESSED_FACTOR)])
+    assert schedule.is_large([shard("a.jsonl.gz", big // 2)])
+    assert not schedule.is_large([shard("a.jsonl.gz", mib)])
 
 
 _THREADS_SCRIPT = r"""
 import json, sys
 import numpy  # numpy's OpenBLAS only: scipy's is loaded later, as in a pass
 from threadpoolctl import threadpool_info
-from distprompt import pipeline
+from distprompt.pipeline import schedule
 
 assert "scipy.linalg" not in sys.modules, "scipy imported before the pool"
 seen = {}
 def fake_select(cands, quota, config, stats, heavy=(), shards=None):
     seen["threads"] = [(i["user_api"], i["num_threads"]) for i in threadpool_info()]
     return [], None
-pipeline._select_source = fake_select
-with pipeline._selection_pool(1) as pool:  # entered before scipy is imported, as the early one
-    pool.submit(pipeline._select_job, "s", None, None, None, []).result()
+schedule.select_source = fake_select
+with schedule.selection_pool(1) as pool:  # entered before scipy is imported, as the early one
+    pool.submit(schedule.select_job, "s", None, None, None, []).result()
 print(json.dumps(seen["threads"]))
 """
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from distprompt import build_suite
-from distprompt.pipeline import _template_summary
+from distprompt.pipeline.manifest import template_summary
 from distprompt.recover.template import TemplateProfile, learn_template
 from distprompt.recover.turns import RecoveredTurns, recover_turns
 from styles import STYLES, as_read, prompt_cuts, sample_conversations, shape, style_tokenizer
@@ -230,7 +230,7 @@ def test_template_summary_lists_each_probe_once(
 ) -> None:
     # DeepSeek-V3 refuses dict arguments and renders string ones: the probes passed in the end.
     for tok in (qwen_tokenizer, deepseek_tokenizer, style_tokenizer(qwen_tokenizer, "kv_tags")):
-        summary = _template_summary(learn_template(tok))
+        summary = template_summary(learn_template(tok))
         assert summary is not None
         assert summary["supports_tool_calls"] is True
         assert summary["failed_probes"] == []
@@ -245,7 +245,7 @@ def test_refused_probe_is_listed_once(qwen_tokenizer: Any) -> None:
         "{%- elif m.role == 'tool' -%}{{- raise_exception('no tool role') -}}",
     )
     p = learn_template(tok)
-    summary = _template_summary(p)
+    summary = template_summary(p)
     assert summary is not None
     assert summary["failed_probes"] == sorted(set(summary["failed_probes"]))
     assert "calls" in summary["failed_probes"] and summary["probes"]["calls"] == "refused"

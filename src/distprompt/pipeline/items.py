@@ -14,9 +14,25 @@ from distprompt.config import Config
 from distprompt.pipeline.sources import Chosen
 from distprompt.read.scan import load_candidates
 from distprompt.records import Candidate, Shard, SuiteItem, max_tokens_for
-from distprompt.recover.decode import decode
+from distprompt.recover.decode import TokenizerInfo, decode
 
-__all__ = ["Pick", "item_id", "make_batch", "make_item", "make_items", "picks_of"]
+__all__ = ["Pick", "item_id", "learn_profile", "make_batch", "make_item", "make_items", "picks_of"]
+
+
+def learn_profile(tok: Any, tinfo: TokenizerInfo, warn: Callable[[str], None]) -> Any:
+    """The tokenizer's chat-template profile for turn recovery; None (said through ``warn``)
+    when it has no template or the template cannot be learned."""
+    if not tinfo.has_chat_template:
+        warn(f"tokenizer {tinfo.name!r} has no chat template: messages are not recovered")
+        return None
+    from distprompt.errors import TemplateError
+    from distprompt.recover.template import learn_template
+
+    try:
+        return learn_template(tok)
+    except TemplateError as exc:
+        warn(f"chat template not usable for turn recovery: {exc}")
+        return None
 
 
 def item_id(source: str, prompt_ids: Sequence[int] | np.ndarray) -> str:

@@ -20,7 +20,7 @@ from distprompt.choose.design import (
     take_all,
 )
 from distprompt.choose.select import select
-from distprompt.choose.stratify import Quota
+from distprompt.choose.stratify import Quota, allocate
 from distprompt.choose.vectorize import (
     FEATURE_BUDGET,
     Features,
@@ -29,13 +29,37 @@ from distprompt.choose.vectorize import (
     vectorize,
 )
 from distprompt.config import Config
+from distprompt.errors import ConfigError
 from distprompt.read.scan import REPLY_SAMPLE, Partial, measure_reference
 from distprompt.records import Candidate, Shard, SourceStats
 from distprompt.write.metrics import SourceEvidence, measure_source
 
-__all__ = ["Chosen", "heavy_candidates", "select_source"]
+__all__ = ["Chosen", "early_quotas", "heavy_candidates", "quotas_of", "select_source"]
 
 logger = logging.getLogger("distprompt.pipeline")
+
+
+def quotas_of(part: Partial, config: Config) -> dict[str, Quota]:
+    """Items per source, as the configuration allocates them."""
+    return allocate(
+        {s: st.rows for s, st in part.stats.items()},
+        {s: len(part.pools[s]) for s in part.stats},
+        per_source=config.per_source,
+        total=config.total,
+        allocation=config.allocation,
+        min_per_source=config.min_per_source,
+    )
+
+
+def early_quotas(part: Partial, config: Config) -> dict[str, Quota] | None:
+    """The quotas, to start selection before the tokenizer checks; None when there are none
+    to start or they cannot be made (the error is raised after the checks, as without)."""
+    if not part.stats:
+        return None
+    try:
+        return quotas_of(part, config)
+    except ConfigError:
+        return None
 
 
 #: A representative as selection hands it on: (candidate, cluster size, weight in corpus rows,

@@ -1,0 +1,693 @@
+"""Where an export's work runs: the selection pool (threads, or forked processes that share the
+pass's pools), the early selection that starts while the pass still reads, the thread scheduler
+that keeps large pools from being selected at once, the plot processes, and the warm-up of the
+heavy imports. The stage work itself comes in as plain functions
+(:func:`~distprompt.pipeline.sources.select_source`, :func:`~distprompt.pipeline.items.make_items`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from distprompt._heap import trim_heap
+from distprompt.choose.stratify import Quota
+from distprompt.choose.vectorize import FEATURE_BUDGET
+from distprompt.config import Config
+from distprompt.errors import ConfigError
+from distprompt.pipeline.items import Pick, learn_profile, make_batch, make_items, picks_of
+from distprompt.pipeline.sources import Chosen, heavy_candidates, quotas_of, select_source
+from distprompt.read.scan import BottomK, Partial
+from distprompt.records import Candidate, Shard, SourceStats, SuiteItem
+from distprompt.recover.decode import TokenizerInfo
+from distprompt.write.metrics import SourceEvidence
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor, Future, ProcessPoolExecutor
+
+logger = logging.getLogger("distprompt.pipeline")
+#: Not distprompt.pipeline: the CLI prints these (build_suite's warnings reach it by ``warn``).
+plot_logger = logging.getLogger("distprompt.pipeline.plots")
+
+
+def one_thread() -> Any:
+    """BLAS on one thread for selection, for the whole process: its matrices are small, and on
+    a machine whose cores are busy (other work, the pass's workers) extra BLAS threads spin
+    against each other. The numbers do not change (the pinned-output test holds). OpenMP's
+    limit holds for one thread only: each thread that selects sets it (:func:`one_openmp_thread`).
+
+    threadpoolctl limits the libraries loaded when it is called, and only from the thread that
+    set the first limit (OpenBLAS's thread pool is the process's). So scipy's BLAS, the one
+    scikit-learn's SVD and k-means call, is imported first (0.2 s): the early selection's pool is
+    entered while the warm imports still run in another thread, which left scipy's OpenBLAS on
+    two threads beside the pass, spinning — measured on the benchmark corpus, three interleaved
+    runs: the one-worker export's main process used 13.6-13.9 s of CPU, 9.5-10.1 s with one
+    thread, and the export took 11.1 s, 9.0-9.6 s.
+    """
+    import scipy.linalg  # noqa: F401
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+@contextlib.contextmanager
+def one_openmp_thread() -> Iterator[None]:
+    """OpenMP on one thread in this thread (its limit is per thread), once what loads it is
+    imported (in another thread, the warm imports may still run)."""
+    from threadpoolctl import threadpool_limits
+
+    _warm_imports()
+    with threadpool_limits(limits=1, user_api="openmp"):
+        yield
+
+
+#: Corpora at least this large are read in a worker process while this one warms imports.
+OVERLAP_BYTES = 64 << 20
+
+
+#: A compressed shard counts as this many times its size on disk in :func:`is_large`: rows of
+#: token ids compress much more than this (the benchmark corpus: 11x with gzip, 38x with zstd,
+#: whose 40 MB on disk otherwise took the small-corpus path for 1.5 GB of rows; 27x as Parquet
+#: with zstd). Parquet files count as compressed too.
+COMPRESSED_FACTOR = 4
+
+
+def is_large(shards: Sequence[Shard]) -> bool:
+    """Whether the work is worth other processes (the pass's, selection's, the plots')."""
+    held = (
+        s.size * (COMPRESSED_FACTOR if s.name.endswith((".gz", ".zst", ".parquet")) else 1)
+        for s in shards
+    )
+    return sum(held) >= OVERLAP_BYTES
+
+
+def _warm_imports() -> None:
+    """Import what selection uses (seconds): while the pass still runs, and before selection
+    limits OpenMP to one thread (:func:`one_openmp_thread`). Not matplotlib: on a
+    corpus this large the plots are drawn in a process of their own (importing it here cost
+    0.9 s of CPU beside the pass and ~30 MB that forked workers share, for nothing)."""
+    try:
+        import scipy.sparse  # noqa: F401
+        import sklearn.cluster
+        import sklearn.decomposition
+        import sklearn.feature_extraction.text  # noqa: F401
+    except Exception:  # imported again (and reported) where they are used
+        pass
+
+
+#: The warm-imports threads started, joined before this process forks again.
+_WARMING: list[threading.Thread] = []
+
+
+def start_warm_imports() -> None:
+    thread = threading.Thread(target=_warm_imports, name="distprompt-imports", daemon=True)
+    thread.start()
+    _WARMING.append(thread)
+
+
+def join_warm_imports() -> None:
+    while _WARMING:
+        _WARMING.pop().join()
+
+
+#: The pools being selected from, for worker processes forked from this one (see select_job).
+_SELECTING: dict[str, BottomK] = {}
+
+
+def select_job(
+    source: str,
+    quota: Quota,
+    config: Config,
+    stats: SourceStats,
+    cands: list[Candidate] | BottomK | None = None,
+    heavy: Sequence[Candidate] = (),
+    shards: Mapping[str, Shard] | None = None,
+) -> tuple[list[Chosen], SourceEvidence | None]:
+    """:func:`select_source` in a worker process (on one BLAS thread, as here) or the selection
+    thread (whose pool set that for the process: the limits are not set from two threads); a
+    forked worker finds the pool in :data:`_SELECTING` (copying it costs a second and tens of
+    MB). A pool's candidates are made here, when its selection starts (a pool compacted after
+    the pass holds columns: :meth:`~distprompt.read.scan.BottomK.compact`)."""
+    in_process = threading.current_thread() is threading.main_thread()
+    with one_thread() if in_process else contextlib.nullcontext(), one_openmp_thread():
+        try:
+            got = _SELECTING[source] if cands is None else cands
+            return select_source(
+                got.candidates() if isinstance(got, BottomK) else got,
+                quota,
+                config,
+                stats,
+                heavy,
+                shards,
+            )
+        finally:
+            # What its matrices took, given back before the next source (during the pass,
+            # beside the pass's worker process: measured on the benchmark corpus, the peak of
+            # the process tree's PSS then).
+            trim_heap()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _EarlyJob:
+    future: Future[Any]
+    stats: SourceStats  # the source's, when it was submitted (a copy)
+    quota: Quota
+    decoded: dict[str, Any]  # "items": the picks and items, once decoded in the thread
+
+
+class EarlySelection:
+    """Sources selected, read back and decoded during a one-worker pass, in the selection
+    thread (the other core is idle while the pass's worker process reads the largest shards,
+    which it reads last).
+
+    At the end of each shard (:func:`~distprompt.read.scan.scan`'s ``on_shard``), each source
+    the shard added no row to is submitted, with what the pass knows of it so far: its pool,
+    its figures and the quota they give (in the users' layout a source's rows are in a folder
+    of their own, so it is likely all read). After the pass, :meth:`take` keeps the results
+    whose source's figures and quota are the final ones: equal figures mean no row of the
+    source came later, so its pool is the final one too, and the selection is the same as it
+    would be after the pass. The others are selected again then (counted in :attr:`redone`).
+    Decoding needs the tokenizer, which the main thread uses once the pass is over: only the
+    sources selected before that are decoded here (:meth:`close`).
+    """
+
+    def __init__(self, config: Config, stack: contextlib.ExitStack) -> None:
+        self._config = config
+        self._stack = stack
+        self.pool: Executor | None = None
+        self._rows: dict[str, int] = {}
+        self._jobs: dict[str, _EarlyJob] = {}
+        self.redone = 0
+        self.queued = 0
+        #: Set by the pass: the shards, and how the thread gets the tokenizer (it waits for
+        #: it; None: not loaded) to decode each source it selected while the pass runs.
+        self.shards: Sequence[Shard] = ()
+        self.tokenizer: Callable[[], tuple[Any, TokenizerInfo] | None] | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        # Two selection threads, one of them at work while the pass runs (the pass's worker
+        # process has the other core; with two workers a third CPU consumer slowed the export),
+        # both once it is over (its worker's core is free then): :meth:`close` opens the gate.
+        self._gate = threading.Semaphore(1)
+        self._gate_open = False
+        #: The template profile learned in the thread, with its tokenizer and the warnings
+        #: its learning gave (said by the caller where it says them without this).
+        self.profile: tuple[Any, Any, list[str]] | None = None
+        self._jobs_kept: dict[str, _EarlyJob] = {}
+
+    def on_shard(self, part: Partial) -> None:
+        """Submit the sources the shard just merged into ``part`` left unchanged."""
+        import copy
+
+        rows = {s: st.rows for s, st in part.stats.items()}
+        ready = [
+            s
+            for s, n in rows.items()
+            if self._rows.get(s) == n and (s not in self._jobs or self._jobs[s].stats.rows != n)
+        ]
+        self._rows = rows
+        if not ready:
+            return
+        try:
+            quotas = quotas_of(part, self._config)
+        except ConfigError:
+            return  # raised after the pass, as without
+        if self.pool is None:
+            self.pool = self._stack.enter_context(selection_pool(1))
+        pool = self.pool
+        assert pool is not None
+        for s in sorted(ready, key=lambda s: (-len(part.pools[s]), s)):
+            if s in self._jobs:
+                self._jobs[s].future.cancel()  # more rows since: its result would not be used
+            stats = copy.deepcopy(part.stats[s])
+            decoded: dict[str, Any] = {}
+            fut = pool.submit(
+                self._job,
+                s,
+                quotas[s],
+                stats,
+                part.pools[s].candidates(),
+                decoded,
+                heavy_candidates(part, s),
+                part.shards,
+            )
+            self._jobs[s] = _EarlyJob(fut, stats, quotas[s], decoded)
+
+    def _job(
+        self,
+        source: str,
+        quota: Quota,
+        stats: SourceStats,
+        cands: list[Candidate],
+        decoded: dict[str, Any],
+        heavy: list[Candidate],
+        shards: Mapping[str, Shard],
+    ) -> tuple[list[Chosen], SourceEvidence | None]:
+        """The source's selection, then (while the pass runs and the tokenizer is loaded) its
+        items: read back and decoded as :func:`select_and_decode` would (one job at a time
+        while the pass runs: the gate)."""
+        with self._gate:
+            result = select_job(source, quota, self._config, stats, cands, heavy, shards)
+            got = self.tokenizer() if self.tokenizer is not None and not self._closed else None
+            if got is None:
+                return result
+            with self._lock:  # the tokenizer is used by one thread at a time
+                if self._closed:
+                    return result
+                tok, tinfo = got
+                if self.profile is None or self.profile[0] is not tok:
+                    said: list[str] = []
+                    learned = (
+                        learn_profile(tok, tinfo, said.append)
+                        if self._config.recover_turns
+                        else None
+                    )
+                    self.profile = (tok, learned, said)
+                picks = picks_of(result[0], self.shards, self._config)
+                decoded["items"] = (picks, make_batch(picks, (tok, self.profile[1], self._config)))
+            return result
+
+    def close(self) -> None:
+        """No more decoding in the thread (waits for the one under way): the pass is over, and
+        this thread uses the tokenizer from now on."""
+        with self._lock:
+            self._closed = True
+        self._open_gate()
+
+    def _open_gate(self) -> None:
+        if not self._gate_open:
+            self._gate_open = True
+            self._gate.release()
+
+    def decoded(self, kept: dict[Future[Any], str]) -> Callable[[str], Any]:
+        """For each source of ``kept``, once its future is done: its picks and items if the
+        thread decoded them, else None."""
+        boxes = {s: self._jobs_kept[s].decoded for s in kept.values() if s in self._jobs_kept}
+        return lambda s: boxes[s].get("items") if s in boxes else None
+
+    def reset(self, *, wait: bool = True) -> None:
+        """Forget every submission; with ``wait``, wait for the one under way (before a
+        fork)."""
+        for job in self._jobs.values():
+            job.future.cancel()
+        self._open_gate()  # no job left waiting at it (one under way runs to its end)
+        for job in self._jobs.values() if wait else ():
+            if not job.future.cancelled():
+                with contextlib.suppress(Exception):
+                    job.future.result()
+        self._jobs.clear()
+        self._rows.clear()
+        self._closed = False
+        self._gate, self._gate_open = threading.Semaphore(1), False
+
+    def take(self, part: Partial, quotas: dict[str, Quota]) -> dict[Future[Any], str]:
+        """The submissions still right for the finished pass ``part``; the others are dropped
+        (:attr:`redone` counts them)."""
+        kept: dict[Future[Any], str] = {}
+        self._jobs_kept = {}
+        for s, job in sorted(self._jobs.items()):
+            if s in quotas and job.quota == quotas[s] and job.stats == part.stats.get(s):
+                if job.future.cancel():
+                    self.queued += 1  # not started: submitted again with the rest, largest first
+                    continue
+                kept[job.future] = s
+                self._jobs_kept[s] = job
+            else:
+                job.future.cancel()  # one under way ends first (a thread cannot be stopped)
+                self.redone += 1
+        self._jobs.clear()
+        return kept
+
+
+#: Selection threads with one or two workers (with one, only one of them at work during the pass:
+#: :class:`EarlySelection`).
+SELECT_THREADS = 2
+
+
+@contextlib.contextmanager
+def selection_pool(workers: int) -> Iterator[Executor | None]:
+    """Where the sources are selected while this thread runs the tokenizer checks and decodes
+    the sources already selected: :data:`SELECT_THREADS` threads for 1 or 2 workers, ``workers``
+    forked processes for more, None for 0 (all of it here, one after another).
+
+    Threads copy no pages, and selection's numpy and scipy work and the tokenizer's Rust code
+    leave the interpreter lock often enough for two of them to overlap: measured on the
+    benchmark corpus with two workers, the export took as long as with two forked processes
+    (17.6 / 19.0 s against 18.9 / 19.1 s) and its peak memory was 600 MB PSS against 663-672
+    (559-575 MB once two large pools were no longer selected at once: :class:`Fitting`).
+    With more cores, processes (the lock would hold more threads back; not measured here).
+    """
+    if workers < 1:
+        yield None
+        return
+    if workers > SELECT_THREADS:
+        with forked_pool(workers) as procs:
+            yield procs
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    # BLAS on one thread for the whole time the selection threads run: threadpoolctl's BLAS
+    # limits are the process's, so they are set (and restored) here, not by each thread.
+    with one_thread():
+        pool = ThreadPoolExecutor(SELECT_THREADS, thread_name_prefix="distprompt-select")
+        try:
+            yield pool
+        except BaseException:
+            # An error or Ctrl-C: the sources not started are dropped (a thread cannot be
+            # stopped, so the one under way ends first, a few seconds at most).
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+
+
+@contextlib.contextmanager
+def forked_pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
+    """``workers`` processes forked from this one (None for 0), for the work after the pass.
+
+    Objects that exist when the pool starts are left out of the garbage collector's walks
+    until it is done with: a walk in a forked worker writes to every object it visits, which
+    copies the pages it shares with this process (the tokenizer, the imports, the pools).
+    """
+    if workers < 1:
+        yield None
+        return
+    join_warm_imports()  # a fork while another thread imports can deadlock the child
+    import gc
+
+    from distprompt.read.engine import process_pool
+
+    trim_heap()
+    gc.freeze()  # the workers are forked as the first tasks are submitted, in the body
+    try:
+        with process_pool(workers) as pool:
+            yield pool
+    finally:
+        gc.unfreeze()
+
+
+#: Feature tokens (:data:`~distprompt.choose.vectorize.FEATURE_BUDGET` bounds a pool's) the pools
+#: selected at once in threads may hold between them: one pool at its bound and a smaller one, not
+#: two large ones (measured on the benchmark corpus: the 18k-candidate pool's selection peaks at
+#: 126 MB, the SWE pool's at 84 MB, the eight others' at 27-44 MB).
+_SELECT_TOKENS = FEATURE_BUDGET * 3 // 2
+
+
+class Fitting:
+    """Jobs on a thread pool, each started by the first free thread once its weight fits: the
+    weights of the jobs under way and its own at most ``limit`` between them (a job alone
+    always starts). Among the jobs that fit, the first submitted starts first. The futures are
+    this class's own; one still waiting can be cancelled."""
+
+    def __init__(self, pool: Executor, limit: int) -> None:
+        self._pool = pool
+        self._limit = limit
+        self._cond = threading.Condition()
+        self._waiting: list[tuple[Future[Any], int, Callable[..., Any], tuple[Any, ...]]] = []
+        self._used = 0
+        self._running = 0
+
+    def submit(self, weight: int, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        from concurrent.futures import Future
+
+        fut: Future[Any] = Future()
+        with self._cond:
+            self._waiting.append((fut, weight, fn, args))
+            self._cond.notify_all()  # a thread waiting for a job that fits may take this one
+        self._pool.submit(self._run_next)  # one task a job: each runs whichever fits first
+        return fut
+
+    def _take(self) -> tuple[Future[Any], int, Callable[..., Any], tuple[Any, ...]] | None:
+        """The first waiting job that fits (the lock held), or None."""
+        for i, job in enumerate(self._waiting):
+            if job[0].cancelled():
+                continue
+            if self._running == 0 or self._used + job[1] <= self._limit:
+                del self._waiting[i]
+                return job
+        self._waiting = [j for j in self._waiting if not j[0].cancelled()]
+        return None
+
+    def _run_next(self) -> None:
+        with self._cond:
+            while (job := self._take()) is None and self._waiting:
+                self._cond.wait()
+            if job is None:
+                return  # the others took every job
+            fut, weight, fn, args = job
+            if not fut.set_running_or_notify_cancel():
+                return
+            self._used += weight
+            self._running += 1
+        try:
+            fut.set_result(fn(*args))
+        except BaseException as exc:  # the caller gets it from the future
+            fut.set_exception(exc)
+        finally:
+            with self._cond:
+                self._used -= weight
+                self._running -= 1
+                self._cond.notify_all()
+
+
+def submit_selection(
+    part: Partial,
+    quotas: dict[str, Quota],
+    config: Config,
+    pool: Executor,
+    done: Sequence[str] = (),
+) -> dict[Future[Any], str]:
+    """Every source's selection but those ``done`` (submitted during the pass), submitted to
+    ``pool`` (:func:`selection_pool`), the largest pools first.
+
+    Forked workers find the pools in :data:`_SELECTING` (the workers of a fork pool are all
+    forked at the first submit); :func:`select_and_decode` empties it once they are done.
+    Threads are handed them, and start a source once it fits beside those under way
+    (:class:`Fitting`, :data:`_SELECT_TOKENS`).
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    left = [s for s in part.stats if s not in done]
+    largest_first = sorted(left, key=lambda s: (-len(part.pools[s]), s))
+    if not isinstance(pool, ProcessPoolExecutor):  # threads: the pools' matrices in this process
+        fitting = Fitting(pool, _SELECT_TOKENS)
+        out = {}
+        for s in largest_first:
+            weight = min(part.pools[s].feature_tokens(), FEATURE_BUDGET)
+            heavy = heavy_candidates(part, s)
+            args = (s, quotas[s], config, part.stats[s], part.pools[s], heavy, part.shards)
+            out[fitting.submit(weight, select_job, *args)] = s
+        return out
+    forked = multiprocessing.get_start_method() == "fork"
+    if forked:
+        _SELECTING.update({s: part.pools[s] for s in largest_first})
+    return {
+        pool.submit(
+            select_job,
+            s,
+            quotas[s],
+            config,
+            part.stats[s],
+            None if forked else part.pools[s].candidates(),
+            heavy_candidates(part, s),
+            part.shards,
+        ): s
+        for s in largest_first
+    }
+
+
+def select_and_decode(
+    part: Partial,
+    quotas: dict[str, Quota],
+    config: Config,
+    shards: Sequence[Shard],
+    *,
+    tok: Any,
+    profile: Any,
+    warn: Callable[[str], None],
+    submitted: dict[Future[Any], str] | None,
+    on_selected: Callable[[dict[str, int], dict[str, SourceEvidence | None]], None],
+    decoded: Callable[[str], tuple[list[Pick], list[SuiteItem]] | None] | None = None,
+) -> tuple[dict[str, int], list[SuiteItem], dict[str, SourceEvidence | None]]:
+    """Select each source's representatives, read them back and decode them.
+
+    With ``submitted`` (:func:`submit_selection`), the sources are selected in worker
+    processes or a thread, and each is read back and decoded here as soon as it is done;
+    without, one after another here. The selection of a source does not depend on where it
+    runs, and the results are put in source order: the same items, counts and evidence either
+    way. ``on_selected`` is called with the counts and the evidence once every source is
+    selected, before the last items are decoded (all of them, in this thread). ``decoded``
+    gives a source's picks and items when they were made already (the same ones).
+
+    Returns:
+        Items selected per source, the items (by source, then cluster), the report's evidence.
+    """
+    sources = sorted(part.stats)
+    picks: dict[str, list[Pick]] = {}
+    evidence: dict[str, SourceEvidence | None] = {}
+    items: dict[str, list[SuiteItem]] = {}
+    # With Ray, all picks are decoded at the end as tasks spread over the cluster.
+    decode_here = config.engine != "ray"
+
+    def take(source: str, result: tuple[list[Chosen], Any]) -> None:
+        ready = decoded(source) if decoded is not None else None
+        if ready is not None and decode_here:  # decoded during the pass (EarlySelection)
+            picks[source], items[source] = ready
+            return
+        picks[source] = picks_of(result[0], shards, config)
+        if decode_here:
+            items[source] = make_batch(picks[source], (tok, profile, config))
+
+    def all_selected(results: dict[str, Any]) -> None:
+        evidence.update({s: results[s][1] for s in sources})
+        on_selected({s: len(results[s][0]) for s in sources}, evidence)
+
+    results: dict[str, tuple[list[Chosen], Any]] = {}
+    # BLAS on one thread where this thread selects; a pool's thread or processes set it there.
+    with one_thread() if submitted is None else contextlib.nullcontext():
+        if submitted is None:
+            with one_openmp_thread():
+                for s in sources:
+                    results[s] = select_source(
+                        part.pools[s].candidates(),
+                        quotas[s],
+                        config,
+                        part.stats[s],
+                        heavy_candidates(part, s),
+                        part.shards,
+                    )
+            all_selected(results)
+            for s in sources:
+                take(s, results[s])
+        else:
+            from concurrent.futures import FIRST_COMPLETED, wait
+
+            try:
+                running, done = set(submitted), list[str]()
+                while running or done:
+                    # What has finished is collected before each source is decoded, so that
+                    # the plots start as soon as the last selection ends, not a decoding later.
+                    ready, running = wait(
+                        running, timeout=0 if done else None, return_when=FIRST_COMPLETED
+                    )
+                    for fut in sorted(ready, key=lambda f: submitted[f]):
+                        results[submitted[fut]] = fut.result()
+                        done.append(submitted[fut])
+                    if ready and len(results) == len(sources):
+                        all_selected(results)
+                    if done:
+                        s = done.pop(0)
+                        take(s, results[s])
+            finally:
+                _SELECTING.clear()
+        if decode_here:
+            every = [it for s in sources for it in items[s]]
+        else:
+            every = make_items(
+                [p for s in sources for p in picks[s]],
+                tokenizer=tok,
+                profile=profile,
+                config=config,
+                warn=warn,
+            )
+    counts = {s: len(picks[s]) for s in sources}
+    return counts, every, {s: evidence[s] for s in sources}
+
+
+class PlotProcess:
+    """The plots of a report drawn in fresh Python processes while this one goes on.
+
+    Subprocesses rather than forked workers, which would copy ~100 MB of the pages they share
+    with this one (measured on the benchmark corpus), and rather than a multiprocessing spawn,
+    which imports the caller's main script again. They are started before the report exists,
+    to import matplotlib meanwhile (~1 s), and wait for it on stdin: :meth:`send` hands it
+    over; each draws a share of the plots (:func:`~distprompt.write.render.plot_groups`).
+    Calling waits for the PNGs; those of a process that failed are drawn here, with a warning.
+    """
+
+    def __init__(self, processes: int = 1) -> None:
+        import subprocess
+
+        from distprompt.write.render import plot_groups
+
+        self._report: Any = None
+        code = (
+            "import sys; from distprompt.write.render import serve_plots; serve_plots(sys.argv[1:])"
+        )
+        self._procs = [
+            (
+                names,
+                subprocess.Popen(
+                    [sys.executable, "-c", code, *names],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    # It imports distprompt from where this process did.
+                    env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+                ),
+            )
+            for names in plot_groups(processes)
+        ]
+        self._out: list[tuple[bytes, bytes]] = [(b"", b"")] * len(self._procs)
+        self._readers: list[threading.Thread] = []
+
+    def send(self, report: Any) -> None:
+        """Hand ``report`` over (pickled, on each process's stdin)."""
+        import pickle
+
+        self._report = report
+        data = pickle.dumps(report, protocol=pickle.HIGHEST_PROTOCOL)
+        for i in range(len(self._procs)):
+            # Written and read as it goes (communicate), so that no process blocks on a pipe.
+            reader = threading.Thread(target=self._communicate, args=(i, data), daemon=True)
+            reader.start()
+            self._readers.append(reader)
+
+    def _communicate(self, i: int, data: bytes) -> None:
+        proc = self._procs[i][1]
+        with contextlib.suppress(OSError, ValueError):  # it died before it read the report
+            self._out[i] = proc.communicate(data)
+        proc.wait()
+
+    def __call__(self) -> dict[str, bytes]:
+        import pickle
+
+        assert self._readers, "send() first"
+        pngs: dict[str, bytes] = {}
+        for reader in self._readers:
+            reader.join()
+        for (names, proc), (out, err) in zip(self._procs, self._out, strict=True):
+            got = None
+            if proc.returncode == 0:
+                with contextlib.suppress(Exception):
+                    got = pickle.loads(out)
+            if isinstance(got, dict):
+                pngs.update(got)
+                continue
+            lines = err.decode("utf-8", "replace").strip().splitlines()
+            why = lines[-1] if lines else f"exit code {proc.returncode}"
+            plot_logger.warning(
+                "the plot process failed (%s); the plots are drawn here instead", why
+            )
+            from distprompt.write.render import plots
+
+            pngs.update(plots(self._report, names))
+        from distprompt.write.render import PLOT_NAMES
+
+        return {n: pngs[n] for n in PLOT_NAMES if n in pngs}
+
+    def stop(self) -> None:
+        """Stop the processes (the plots are not wanted)."""
+        for _, proc in self._procs:
+            proc.kill()
+        for reader in self._readers:
+            reader.join()
+        for _, proc in self._procs:
+            with contextlib.suppress(OSError, ValueError):
+                proc.communicate()
