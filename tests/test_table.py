@@ -19,7 +19,7 @@ from distprompt.cli import main
 from distprompt.errors import CorruptStreamError, DataError, InputError
 from distprompt.read import table as table_module
 from distprompt.read.fastrow import read_row
-from distprompt.read.shards import find_shards, iter_rows, lines_at
+from distprompt.read.shards import find_shards, iter_rows, lines_at, rows_at
 from distprompt.read.tally import Tally
 from distprompt.records import Shard
 
@@ -197,6 +197,69 @@ def test_not_parquet_and_corrupt_row_group(tmp_path: Path) -> None:
     kept = list(iter_rows(shard(bad), tally=tally, parse=read_row))
     assert len(kept) == 20 and tally.skipped == {"corrupt_stream": 1}
     assert tally.first_skip["corrupt_stream"] == "c.parquet:21"
+
+
+def test_read_back_of_a_corrupt_row_group(tmp_path: Path) -> None:
+    """The read-back names the first row of the row group that does not decode (not the row
+    after the last one it decoded), and decodes no group that holds no row wanted."""
+    rows = [make_row(i) for i in range(40)]
+    good = write_parquet(tmp_path / "g.parquet", rows, row_group_size=10, compression="zstd")
+    col = pq.ParquetFile(good).metadata.row_group(2).column(0)  # rows 21-30
+    raw = bytearray(good.read_bytes())
+    raw[col.data_page_offset : col.data_page_offset + col.total_compressed_size] = (
+        b"\xff" * col.total_compressed_size
+    )
+    bad = tmp_path / "c.parquet"
+    bad.write_bytes(bytes(raw))
+    for read in (lines_at, rows_at):
+        with pytest.raises(CorruptStreamError, match=r"^c.parquet:21: expected a complete, valid"):
+            read(shard(bad), [25])
+        with pytest.raises(CorruptStreamError, match=r"^c.parquet:21: "):
+            read(shard(bad), [35, 3, 22])
+    back = lines_at(shard(bad), [35, 3, 12])
+    assert [orjson.loads(b or b"") for b in back] == [rows[35], rows[3], rows[12]]
+
+
+def test_rows_read_back_as_the_pass_read_them(tmp_path: Path) -> None:
+    """``rows_at`` gives each row of a table as the pass's reader does (a view straight from
+    the Arrow buffers), a bad row as its JSON line (the same verdict from ``read_row``), and
+    decodes a row group only up to the last row wanted in it."""
+    rows = [random_row(60 + 7 * i, 1 + i, seed=i) for i in range(40)] + _bad_rows()
+    pqf = shard(write_parquet(tmp_path / "a.parquet", rows, row_group_size=40))
+
+    def seen(v: Any) -> tuple[Any, ...]:
+        span = v.first_response_span()
+        return (
+            v.source, v.prompt_ids.tolist(), v.prompt_mask().tolist(), span,
+            v.ids(*span).tolist(), v.ids(0, v.seq_len).tolist(), v.provenance,
+        )  # fmt: skip
+
+    offsets = [33, 2, 17, 2, 40, 41, len(rows) - 1, len(rows)]
+    got = rows_at(pqf, offsets)
+    assert got[-1] is None and lines_at(pqf, offsets)[-1] is None
+    for off, item, line in zip(offsets[:-1], got[:-1], lines_at(pqf, offsets[:-1]), strict=True):
+        assert line is not None and item is not None
+        if isinstance(item, bytes):  # a bad row: read_row says what is wrong
+            assert item == line
+            with pytest.raises(DataError) as exc:
+                read_row(item, shard="a.parquet", line=off + 1, offset=off)
+            assert exc.value.line == off + 1 and 40 < off < len(rows) - 1
+            continue
+        assert off <= 40 or off == len(rows) - 1  # _bad_rows' first and last are valid
+        want = read_row(line, shard="a.parquet", line=off + 1, offset=off)
+        assert seen(item) == seen(want)
+    # row 2 of the first group: its first batch of READ_BACK_ROWS rows only
+    decoded: list[int] = []
+    real = pq.ParquetFile.iter_batches
+
+    def counted(self: pq.ParquetFile, *a: Any, **kw: Any) -> Any:
+        for batch in real(self, *a, **kw):
+            decoded.append(batch.num_rows)
+            yield batch
+
+    with mock.patch.object(pq.ParquetFile, "iter_batches", counted):
+        assert rows_at(pqf, [2])[0] is not None
+    assert decoded == [table_module.READ_BACK_ROWS]
 
 
 def test_cli_exit_2_names_file_and_row(
