@@ -199,6 +199,68 @@ def test_not_parquet_and_corrupt_row_group(tmp_path: Path) -> None:
     assert tally.first_skip["corrupt_stream"] == "c.parquet:21"
 
 
+_INT_TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
+_INT_TYPES += [pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
+
+
+@settings(max_examples=60, deadline=None)
+@given(t=st.sampled_from(_INT_TYPES), data=st.data())
+def test_ints_reads_the_array_as_to_pylist(t: pa.DataType, data: st.DataObject) -> None:
+    bits = t.bit_width
+    if pa.types.is_signed_integer(t):
+        lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    else:
+        lo, hi = 0, 2**bits - 1
+    values = data.draw(st.lists(st.integers(lo, hi), max_size=20))
+    arr = pa.array(values, t)
+    start = data.draw(st.integers(0, len(values)))
+    arr = arr.slice(start, data.draw(st.integers(0, len(values) - start)))
+    assert table_module._ints(arr).tolist() == arr.to_pylist()
+
+
+def test_other_integer_columns_read_as_jsonl(tmp_path: Path) -> None:
+    """Any integer types: unsigned ids, a wide mask, narrow counts (the numpy views of
+    their buffers)."""
+    schema = pa.schema(
+        [
+            ("input_ids", pa.large_list(pa.uint32())),
+            ("loss_mask", pa.list_(pa.int64())),
+            ("seq_len", pa.int16()),
+            ("n_prompt_tokens", pa.uint16()),
+            ("n_response_tokens", pa.int32()),
+            ("source", pa.large_string()),
+        ]
+    )
+    rows = [make_row(i) for i in range(20)] + [random_row(200, 30, seed=s) for s in range(3)]
+    jl = tmp_path / "a.jsonl"
+    jl.write_bytes(lines_of(rows))
+    pqf = write_parquet(tmp_path / "a.parquet", rows, schema=schema, row_group_size=6)
+    assert outcome(shard(pqf))[0] == outcome(shard(jl))[0]
+
+
+def test_reading_parquet_leaves_pandas_unimported(tmp_path: Path) -> None:
+    """The pass and the read-back convert Arrow arrays without pyarrow's pandas shim (which
+    imports pandas: memory and time in every worker, and an import race in threads)."""
+    import subprocess
+    import sys
+
+    pqf = write_parquet(tmp_path / "a.parquet", [make_row(i) for i in range(30)])
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from distprompt.read.fastrow import read_row\n"
+        "from distprompt.read.shards import iter_rows, rows_at\n"
+        "from distprompt.records import Shard\n"
+        f"p = Path({str(pqf)!r})\n"
+        "s = Shard(path=p, name=p.name, size=p.stat().st_size)\n"
+        "assert len(list(iter_rows(s, parse=read_row))) == 30\n"
+        "assert all(r is not None and not isinstance(r, bytes) for r in rows_at(s, [3, 29]))\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_read_back_of_a_corrupt_row_group(tmp_path: Path) -> None:
     """The read-back names the first row of the row group that does not decode (not the row
     after the last one it decoded), and decodes no group that holds no row wanted."""
@@ -248,7 +310,7 @@ def test_rows_read_back_as_the_pass_read_them(tmp_path: Path) -> None:
         assert off <= 40 or off == len(rows) - 1  # _bad_rows' first and last are valid
         want = read_row(line, shard="a.parquet", line=off + 1, offset=off)
         assert seen(item) == seen(want)
-    # row 2 of the first group: its first batch of READ_BACK_ROWS rows only
+    # row 2 of the first group: its first batch of PARQUET_BATCH_ROWS rows only
     decoded: list[int] = []
     real = pq.ParquetFile.iter_batches
 
@@ -259,7 +321,7 @@ def test_rows_read_back_as_the_pass_read_them(tmp_path: Path) -> None:
 
     with mock.patch.object(pq.ParquetFile, "iter_batches", counted):
         assert rows_at(pqf, [2])[0] is not None
-    assert decoded == [table_module.READ_BACK_ROWS]
+    assert decoded == [table_module.PARQUET_BATCH_ROWS]
 
 
 def test_cli_exit_2_names_file_and_row(

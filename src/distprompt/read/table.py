@@ -58,15 +58,18 @@ logger = logging.getLogger("distprompt.read.table")
 
 _T = TypeVar("_T")
 
-#: Rows per record batch: a batch of the benchmark's longest rows (50k tokens) is ~30 MB.
+#: Rows per slice of an Arrow record batch (zero-copy; ``save_to_disk`` writes batches of 1000
+#: rows): a slice of the benchmark's longest rows (50k tokens) is ~30 MB.
 BATCH_ROWS = 128
 
-#: Rows per record batch of a read-back (:func:`table_rows_at`), which decodes a row group only up
-#: to the last row it wants. Small batches stop sooner, and pyarrow decodes them faster than whole
-#: groups of long rows (its buffers are reused, not allocated anew for each group): reading back
-#: the benchmark's 50 SWE-agent picks (26 of the 40 row groups of 128 rows) took 0.6 s in batches
-#: of 8 or 16 rows against 2.5 s in whole groups, 1.0 s in batches of 16 without the stop.
-READ_BACK_ROWS = 16
+#: Rows per record batch decoded from a Parquet row group. pyarrow decodes small batches of long
+#: rows faster than whole groups (its buffers are reused, not allocated anew for each group), and
+#: a read-back (:func:`table_rows_at`) stops after the batch holding the last row it wants of a
+#: group. Measured on the benchmark's Parquet copy (row groups of 128 rows): reading every row
+#: as the pass does took 3.3-3.7 s CPU and 158-179 MB peak RSS in batches of 8 or 16 rows,
+#: against 5.5-6.1 s and 293 MB in batches of 128 (3.7-4.5 s, 241 MB in 64); reading back the
+#: 50 SWE-agent picks (26 of its 40 groups) took 0.6 s against 2.5 s in whole groups.
+PARQUET_BATCH_ROWS = 16
 
 
 _IMPORT = threading.Lock()
@@ -164,16 +167,14 @@ class _Reader:
         end: int | None,
         *,
         wanted: Sequence[int] | None = None,
-        batch_rows: int = 0,
     ) -> Iterator[tuple[int, pa.RecordBatch]]:
         """``(row index of its first row, batch)`` for the rows in ``[start, end)``; a batch
         that cannot be decoded raises :class:`CorruptStreamError` naming its first row.
 
         With ``wanted`` (ascending row indices; Parquet), only the row groups holding one of
-        them are decoded, each up to the batch holding the last one it holds, in batches of
-        ``batch_rows`` rows (:data:`READ_BACK_ROWS`).
+        them are decoded, each up to the batch holding the last one it holds.
         """
-        it = self._raw_batches(start, wanted, batch_rows or BATCH_ROWS)
+        it = self._raw_batches(start, wanted)
         while True:
             try:
                 first, batch = next(it)
@@ -198,7 +199,7 @@ class _Reader:
             yield first + lo, batch
 
     def _raw_batches(
-        self, start: int, wanted: Sequence[int] | None, batch_rows: int
+        self, start: int, wanted: Sequence[int] | None
     ) -> Iterator[tuple[int, pa.RecordBatch]]:
         """The batches from the one holding row ``start``; ``self._at`` is the first row of
         the batch being decoded (what a decoding error names)."""
@@ -219,7 +220,7 @@ class _Reader:
                     last = wanted[k - 1]
                 self._at = first
                 for batch in self.pf.iter_batches(
-                    batch_size=batch_rows, row_groups=[g], columns=cols, use_threads=False
+                    batch_size=PARQUET_BATCH_ROWS, row_groups=[g], columns=cols, use_threads=False
                 ):
                     yield self._at, batch
                     self._at += batch.num_rows
@@ -238,8 +239,8 @@ class _Reader:
             n = batch.num_rows
             if self._at + n > start:
                 batch = batch.select(cols)
-                for i in range(0, n, batch_rows):  # save_to_disk writes batches of 1000 rows
-                    yield self._at + i, batch.slice(i, batch_rows)
+                for i in range(0, n, BATCH_ROWS):
+                    yield self._at + i, batch.slice(i, BATCH_ROWS)
             self._at += n
 
 
@@ -268,13 +269,31 @@ def _fast_columns(batch: pa.RecordBatch) -> bool:
     )
 
 
+def _ints(arr: pa.Array) -> np.ndarray:
+    """A numpy view of an integer array without nulls, from its data buffer.
+
+    Not ``Array.to_numpy`` (nor ``numpy.asarray``): pyarrow imports pandas, when installed, the
+    first time it converts an array so, which cost each worker process reading Parquet ~76 MB
+    and 0.6 s, and in the command's own process raced another thread's import of it (an
+    export failed with "partially initialized module 'pandas'").
+    """
+    import pyarrow.types as pt
+
+    t = arr.type
+    dtype = np.dtype(f"{'i' if pt.is_signed_integer(t) else 'u'}{t.bit_width // 8}")
+    data = arr.buffers()[1]
+    if data is None or not len(arr):
+        return np.zeros(0, dtype=dtype)
+    return np.frombuffer(data, dtype=dtype, count=arr.offset + len(arr))[arr.offset :]
+
+
 def _list_parts(col: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
     """``(values, offsets)`` of a list column (offsets index ``values``), or None when a
     value is null."""
     values = col.values
     if values.null_count:
         return None
-    return values.to_numpy(zero_copy_only=False), np.asarray(col.offsets, dtype=np.int64)
+    return _ints(values), _ints(col.offsets).astype(np.int64)
 
 
 def _nonempty(offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -342,9 +361,9 @@ def _batch_views(batch: pa.RecordBatch, first: int, base: int, name: str) -> lis
     # a sliced column's values run on at both ends: keep the batch's own
     ids, mask = ids[ioff[0] : ioff[-1]], mask[moff[0] : moff[-1]]
     ioff, moff = ioff - ioff[0], moff - moff[0]
-    seq = batch.column("seq_len").to_numpy().astype(np.int64)
-    npr = batch.column("n_prompt_tokens").to_numpy().astype(np.int64)
-    nre = batch.column("n_response_tokens").to_numpy().astype(np.int64)
+    seq = _ints(batch.column("seq_len")).astype(np.int64)
+    npr = _ints(batch.column("n_prompt_tokens")).astype(np.int64)
+    nre = _ints(batch.column("n_response_tokens")).astype(np.int64)
     ilen = np.diff(ioff)
     ok = (
         (ilen == seq)
@@ -533,9 +552,7 @@ def _rows_at(
         reader = _Reader(shard)
         try:
             t = 0
-            for first, batch in reader.batches(
-                want[0], want[-1] + 1, wanted=want, batch_rows=READ_BACK_ROWS
-            ):
+            for first, batch in reader.batches(want[0], want[-1] + 1, wanted=want):
                 while t < len(want) and want[t] < first:
                     t += 1  # in a group not read (cannot be): never another row for it
                 while t < len(want) and want[t] < first + batch.num_rows:
