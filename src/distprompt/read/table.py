@@ -273,9 +273,10 @@ def _ints(arr: pa.Array) -> np.ndarray:
     """A numpy view of an integer array without nulls, from its data buffer.
 
     Not ``Array.to_numpy`` (nor ``numpy.asarray``): pyarrow imports pandas, when installed, the
-    first time it converts an array so, which cost each worker process reading Parquet ~76 MB
-    and 0.6 s, and in the command's own process raced another thread's import of it (an
-    export failed with "partially initialized module 'pandas'").
+    first time it converts an array so: in each worker process reading Parquet (~76 MB and
+    0.6 s, see ``cli._keep_pandas_out``), and in the command's own process, from a selection
+    thread reading picks back, it raced the main thread's import of it (exports failed with
+    "partially initialized module 'pandas'").
     """
     import pyarrow.types as pt
 
