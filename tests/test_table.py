@@ -19,7 +19,7 @@ from distprompt.cli import main
 from distprompt.errors import CorruptStreamError, DataError, InputError
 from distprompt.read import table as table_module
 from distprompt.read.fastrow import read_row
-from distprompt.read.shards import find_shards, iter_rows, lines_at
+from distprompt.read.shards import find_shards, iter_rows, lines_at, rows_at
 from distprompt.read.tally import Tally
 from distprompt.records import Shard
 
@@ -197,6 +197,131 @@ def test_not_parquet_and_corrupt_row_group(tmp_path: Path) -> None:
     kept = list(iter_rows(shard(bad), tally=tally, parse=read_row))
     assert len(kept) == 20 and tally.skipped == {"corrupt_stream": 1}
     assert tally.first_skip["corrupt_stream"] == "c.parquet:21"
+
+
+_INT_TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
+_INT_TYPES += [pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
+
+
+@settings(max_examples=60, deadline=None)
+@given(t=st.sampled_from(_INT_TYPES), data=st.data())
+def test_ints_reads_the_array_as_to_pylist(t: pa.DataType, data: st.DataObject) -> None:
+    bits = t.bit_width
+    if pa.types.is_signed_integer(t):
+        lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    else:
+        lo, hi = 0, 2**bits - 1
+    values = data.draw(st.lists(st.integers(lo, hi), max_size=20))
+    arr = pa.array(values, t)
+    start = data.draw(st.integers(0, len(values)))
+    arr = arr.slice(start, data.draw(st.integers(0, len(values) - start)))
+    assert table_module._ints(arr).tolist() == arr.to_pylist()
+
+
+def test_other_integer_columns_read_as_jsonl(tmp_path: Path) -> None:
+    """Any integer types: unsigned ids, a wide mask, narrow counts (the numpy views of
+    their buffers)."""
+    schema = pa.schema(
+        [
+            ("input_ids", pa.large_list(pa.uint32())),
+            ("loss_mask", pa.list_(pa.int64())),
+            ("seq_len", pa.int16()),
+            ("n_prompt_tokens", pa.uint16()),
+            ("n_response_tokens", pa.int32()),
+            ("source", pa.large_string()),
+        ]
+    )
+    rows = [make_row(i) for i in range(20)] + [random_row(200, 30, seed=s) for s in range(3)]
+    jl = tmp_path / "a.jsonl"
+    jl.write_bytes(lines_of(rows))
+    pqf = write_parquet(tmp_path / "a.parquet", rows, schema=schema, row_group_size=6)
+    assert outcome(shard(pqf))[0] == outcome(shard(jl))[0]
+
+
+def test_reading_parquet_leaves_pandas_unimported(tmp_path: Path) -> None:
+    """The pass and the read-back convert Arrow arrays without pyarrow's pandas shim (which
+    imports pandas: memory and time in every worker, and an import race in threads)."""
+    import subprocess
+    import sys
+
+    pqf = write_parquet(tmp_path / "a.parquet", [make_row(i) for i in range(30)])
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from distprompt.read.fastrow import read_row\n"
+        "from distprompt.read.shards import iter_rows, rows_at\n"
+        "from distprompt.records import Shard\n"
+        f"p = Path({str(pqf)!r})\n"
+        "s = Shard(path=p, name=p.name, size=p.stat().st_size)\n"
+        "assert len(list(iter_rows(s, parse=read_row))) == 30\n"
+        "assert all(r is not None and not isinstance(r, bytes) for r in rows_at(s, [3, 29]))\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_read_back_of_a_corrupt_row_group(tmp_path: Path) -> None:
+    """The read-back names the first row of the row group that does not decode (not the row
+    after the last one it decoded), and decodes no group that holds no row wanted."""
+    rows = [make_row(i) for i in range(40)]
+    good = write_parquet(tmp_path / "g.parquet", rows, row_group_size=10, compression="zstd")
+    col = pq.ParquetFile(good).metadata.row_group(2).column(0)  # rows 21-30
+    raw = bytearray(good.read_bytes())
+    raw[col.data_page_offset : col.data_page_offset + col.total_compressed_size] = (
+        b"\xff" * col.total_compressed_size
+    )
+    bad = tmp_path / "c.parquet"
+    bad.write_bytes(bytes(raw))
+    for read in (lines_at, rows_at):
+        with pytest.raises(CorruptStreamError, match=r"^c.parquet:21: expected a complete, valid"):
+            read(shard(bad), [25])
+        with pytest.raises(CorruptStreamError, match=r"^c.parquet:21: "):
+            read(shard(bad), [35, 3, 22])
+    back = lines_at(shard(bad), [35, 3, 12])
+    assert [orjson.loads(b or b"") for b in back] == [rows[35], rows[3], rows[12]]
+
+
+def test_rows_read_back_as_the_pass_read_them(tmp_path: Path) -> None:
+    """``rows_at`` gives each row of a table as the pass's reader does (a view straight from
+    the Arrow buffers), a bad row as its JSON line (the same verdict from ``read_row``), and
+    decodes a row group only up to the last row wanted in it."""
+    rows = [random_row(60 + 7 * i, 1 + i, seed=i) for i in range(40)] + _bad_rows()
+    pqf = shard(write_parquet(tmp_path / "a.parquet", rows, row_group_size=40))
+
+    def seen(v: Any) -> tuple[Any, ...]:
+        span = v.first_response_span()
+        return (
+            v.source, v.prompt_ids.tolist(), v.prompt_mask().tolist(), span,
+            v.ids(*span).tolist(), v.ids(0, v.seq_len).tolist(), v.provenance,
+        )  # fmt: skip
+
+    offsets = [33, 2, 17, 2, 40, 41, len(rows) - 1, len(rows)]
+    got = rows_at(pqf, offsets)
+    assert got[-1] is None and lines_at(pqf, offsets)[-1] is None
+    for off, item, line in zip(offsets[:-1], got[:-1], lines_at(pqf, offsets[:-1]), strict=True):
+        assert line is not None and item is not None
+        if isinstance(item, bytes):  # a bad row: read_row says what is wrong
+            assert item == line
+            with pytest.raises(DataError) as exc:
+                read_row(item, shard="a.parquet", line=off + 1, offset=off)
+            assert exc.value.line == off + 1 and 40 < off < len(rows) - 1
+            continue
+        assert off <= 40 or off == len(rows) - 1  # _bad_rows' first and last are valid
+        want = read_row(line, shard="a.parquet", line=off + 1, offset=off)
+        assert seen(item) == seen(want)
+    # row 2 of the first group: its first batch of PARQUET_BATCH_ROWS rows only
+    decoded: list[int] = []
+    real = pq.ParquetFile.iter_batches
+
+    def counted(self: pq.ParquetFile, *a: Any, **kw: Any) -> Any:
+        for batch in real(self, *a, **kw):
+            decoded.append(batch.num_rows)
+            yield batch
+
+    with mock.patch.object(pq.ParquetFile, "iter_batches", counted):
+        assert rows_at(pqf, [2])[0] is not None
+    assert decoded == [table_module.PARQUET_BATCH_ROWS]
 
 
 def test_cli_exit_2_names_file_and_row(

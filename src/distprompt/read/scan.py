@@ -26,7 +26,7 @@ from distprompt._heap import trim_heap
 from distprompt.config import OnError
 from distprompt.errors import CorruptStreamError, DataError, InputError, TokenizerError
 from distprompt.read.fastrow import RowView, read_row
-from distprompt.read.shards import iter_rows, lines_at, open_shard, split_shard
+from distprompt.read.shards import iter_rows, open_shard, rows_at, split_shard
 from distprompt.read.spill import SpilledWindow, WindowStore
 from distprompt.read.table import is_table, split_table
 from distprompt.read.tally import Tally, rebase_where
@@ -1049,14 +1049,14 @@ def load_candidates(
     for name, idx in todo.items():
         shard = by_name[name]
         order = sorted(idx, key=lambda j: out[j].provenance.offset)
-        at = lines_at(
+        at = rows_at(
             shard, [out[i].provenance.offset for i in order], max_line_bytes=max_line_bytes
         )
         for i, raw in zip(order, at, strict=True):
             c = out[i]
             p = c.provenance
-            row = None
-            if raw is not None:
+            row = raw if isinstance(raw, RowView) else None  # a table row, checked
+            if isinstance(raw, bytes):
                 try:
                     # the pass's reader: the whole row validated, only what is kept parsed
                     row = read_row(raw, shard=name, line=p.line, offset=p.offset)

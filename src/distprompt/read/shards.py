@@ -51,7 +51,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from distprompt.errors import CorruptStreamError, DataError, InputError
-from distprompt.read.table import import_arrow, is_table, iter_table_rows, table_lines_at
+from distprompt.read.fastrow import RowView
+from distprompt.read.table import (
+    import_arrow,
+    is_table,
+    iter_table_rows,
+    table_lines_at,
+    table_rows_at,
+)
 from distprompt.read.tally import Tally
 from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES, parse_row
 from distprompt.read.zstd import check_whole, open_zstd
@@ -73,6 +80,7 @@ __all__ = [
     "iter_rows",
     "lines_at",
     "open_shard",
+    "rows_at",
     "split_shard",
 ]
 
@@ -710,6 +718,22 @@ def lines_at(
         logger.debug("%s: read back line by line (%s: %s)", shard.name, type(exc).__name__, exc)
         found = _lines_by_line(shard, want, max_line_bytes)
     return [found.get(off) for off in offsets]
+
+
+def rows_at(
+    shard: Shard, offsets: Sequence[int], *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+) -> list[RowView | bytes | None]:
+    """What :func:`lines_at` reads back, for :func:`~distprompt.read.fastrow.read_row` to take
+    or to have been taken: the lines of a JSONL shard; of a table shard, a
+    :class:`~distprompt.read.table.TableView` of each row the column checks vouch for, without
+    the row's JSON line (:func:`~distprompt.read.table.table_rows_at`).
+
+    Raises:
+        InputError: As :func:`lines_at`.
+    """
+    if is_table(shard.name):
+        return table_rows_at(shard, offsets)
+    return list(lines_at(shard, offsets, max_line_bytes=max_line_bytes))
 
 
 def _lines_by_line(shard: Shard, want: Sequence[int], limit: int) -> dict[int, bytes | None]:

@@ -28,7 +28,7 @@ import bisect
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import orjson
@@ -51,12 +51,25 @@ __all__ = [
     "iter_table_rows",
     "split_table",
     "table_lines_at",
+    "table_rows_at",
 ]
 
 logger = logging.getLogger("distprompt.read.table")
 
-#: Rows per record batch: a batch of the benchmark's longest rows (50k tokens) is ~30 MB.
+_T = TypeVar("_T")
+
+#: Rows per slice of an Arrow record batch (zero-copy; ``save_to_disk`` writes batches of 1000
+#: rows): a slice of the benchmark's longest rows (50k tokens) is ~30 MB.
 BATCH_ROWS = 128
+
+#: Rows per record batch decoded from a Parquet row group. pyarrow decodes small batches of long
+#: rows faster than whole groups (its buffers are reused, not allocated anew for each group), and
+#: a read-back (:func:`table_rows_at`) stops after the batch holding the last row it wants of a
+#: group. Measured on the benchmark's Parquet copy (row groups of 128 rows): reading every row
+#: as the pass does took 3.3-3.7 s CPU and 158-179 MB peak RSS in batches of 8 or 16 rows,
+#: against 5.5-6.1 s and 293 MB in batches of 128 (3.7-4.5 s, 241 MB in 64); reading back the
+#: 50 SWE-agent picks (26 of its 40 groups) took 0.6 s against 2.5 s in whole groups.
+PARQUET_BATCH_ROWS = 16
 
 
 _IMPORT = threading.Lock()
@@ -141,6 +154,7 @@ class _Reader:
                 "re-copy it, re-write it, or leave it out of DATA"
             ) from exc
         self.columns = [k for k in REQUIRED_KEYS if k in self.schema.names]
+        self._at = 0  # the first row of the batch being decoded (:meth:`batches`)
 
     def close(self) -> None:
         if self._fh is not None:
@@ -148,13 +162,18 @@ class _Reader:
             self._fh = None
 
     def batches(
-        self, start: int, end: int | None, *, wanted: Sequence[int] | None = None
+        self,
+        start: int,
+        end: int | None,
+        *,
+        wanted: Sequence[int] | None = None,
     ) -> Iterator[tuple[int, pa.RecordBatch]]:
-        """``(row index of its first row, batch)`` for the rows in ``[start, end)`` (of a
-        Parquet file, only the row groups holding one of the ascending rows ``wanted``, when
-        given); a batch that cannot be decoded raises :class:`CorruptStreamError` naming its
-        first row."""
-        at = 0
+        """``(row index of its first row, batch)`` for the rows in ``[start, end)``; a batch
+        that cannot be decoded raises :class:`CorruptStreamError` naming its first row.
+
+        With ``wanted`` (ascending row indices; Parquet), only the row groups holding one of
+        them are decoded, each up to the batch holding the last one it holds.
+        """
         it = self._raw_batches(start, wanted)
         while True:
             try:
@@ -163,13 +182,12 @@ class _Reader:
                 return
             except Exception as exc:
                 raise CorruptStreamError(
-                    f"{self.name}:{at + 1}: expected a complete, valid "
+                    f"{self.name}:{self._at + 1}: expected a complete, valid "
                     f"{'row group' if self.parquet else 'record batch'}, found "
                     f"{type(exc).__name__}: {exc}; the file is truncated or corrupt — re-copy "
                     "it, leave it out, or run with --on-error skip to keep the rows before "
                     "this one"
                 ) from exc
-            at = first + batch.num_rows
             lo = max(start - first, 0)
             hi = batch.num_rows if end is None else min(batch.num_rows, end - first)
             if hi <= lo:
@@ -183,24 +201,31 @@ class _Reader:
     def _raw_batches(
         self, start: int, wanted: Sequence[int] | None
     ) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """The batches from the one holding row ``start``; ``self._at`` is the first row of
+        the batch being decoded (what a decoding error names)."""
         import pyarrow.ipc as ipc
 
         cols = self.columns
+        self._at = 0
         if self.parquet:
             for g in range(self.pf.num_row_groups):
-                first = self.group_starts[g]
-                if self.group_starts[g + 1] <= start:
+                first, stop = self.group_starts[g], self.group_starts[g + 1]
+                if stop <= start:
                     continue
+                last = stop - 1
                 if wanted is not None:
-                    k = bisect.bisect_left(wanted, first)
-                    if k == len(wanted) or wanted[k] >= self.group_starts[g + 1]:
+                    k = bisect.bisect_left(wanted, stop)
+                    if k == 0 or wanted[k - 1] < first:
                         continue  # no row wanted in this group: not decoded
-                at = first
+                    last = wanted[k - 1]
+                self._at = first
                 for batch in self.pf.iter_batches(
-                    batch_size=BATCH_ROWS, row_groups=[g], columns=cols, use_threads=False
+                    batch_size=PARQUET_BATCH_ROWS, row_groups=[g], columns=cols, use_threads=False
                 ):
-                    yield at, batch
-                    at += batch.num_rows
+                    yield self._at, batch
+                    self._at += batch.num_rows
+                    if self._at > last:
+                        break  # the rest of the group is not decoded
             return
         if self.ipc_file is not None:
             batches: Iterator[Any] = (
@@ -210,14 +235,13 @@ class _Reader:
             if hasattr(self._src, "seek"):
                 self._src.seek(0)
             batches = iter(ipc.open_stream(self._src))
-        at = 0
         for batch in batches:
             n = batch.num_rows
-            if at + n > start:
+            if self._at + n > start:
                 batch = batch.select(cols)
-                for i in range(0, n, BATCH_ROWS):  # save_to_disk writes batches of 1000 rows
-                    yield at + i, batch.slice(i, BATCH_ROWS)
-            at += n
+                for i in range(0, n, BATCH_ROWS):
+                    yield self._at + i, batch.slice(i, BATCH_ROWS)
+            self._at += n
 
 
 def _is_int_list(t: pa.DataType) -> bool:
@@ -245,13 +269,32 @@ def _fast_columns(batch: pa.RecordBatch) -> bool:
     )
 
 
+def _ints(arr: pa.Array) -> np.ndarray:
+    """A numpy view of an integer array without nulls, from its data buffer.
+
+    Not ``Array.to_numpy`` (nor ``numpy.asarray``): pyarrow imports pandas, when installed, the
+    first time it converts an array so: in each worker process reading Parquet (~76 MB and
+    0.6 s, see ``cli._keep_pandas_out``), and in the command's own process, from a selection
+    thread reading picks back, it raced the main thread's import of it (exports failed with
+    "partially initialized module 'pandas'").
+    """
+    import pyarrow.types as pt
+
+    t = arr.type
+    dtype = np.dtype(f"{'i' if pt.is_signed_integer(t) else 'u'}{t.bit_width // 8}")
+    data = arr.buffers()[1]
+    if data is None or not len(arr):
+        return np.zeros(0, dtype=dtype)
+    return np.frombuffer(data, dtype=dtype, count=arr.offset + len(arr))[arr.offset :]
+
+
 def _list_parts(col: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
     """``(values, offsets)`` of a list column (offsets index ``values``), or None when a
     value is null."""
     values = col.values
     if values.null_count:
         return None
-    return values.to_numpy(zero_copy_only=False), np.asarray(col.offsets, dtype=np.int64)
+    return _ints(values), _ints(col.offsets).astype(np.int64)
 
 
 def _nonempty(offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -319,9 +362,9 @@ def _batch_views(batch: pa.RecordBatch, first: int, base: int, name: str) -> lis
     # a sliced column's values run on at both ends: keep the batch's own
     ids, mask = ids[ioff[0] : ioff[-1]], mask[moff[0] : moff[-1]]
     ioff, moff = ioff - ioff[0], moff - moff[0]
-    seq = batch.column("seq_len").to_numpy().astype(np.int64)
-    npr = batch.column("n_prompt_tokens").to_numpy().astype(np.int64)
-    nre = batch.column("n_response_tokens").to_numpy().astype(np.int64)
+    seq = _ints(batch.column("seq_len")).astype(np.int64)
+    npr = _ints(batch.column("n_prompt_tokens")).astype(np.int64)
+    nre = _ints(batch.column("n_response_tokens")).astype(np.int64)
     ilen = np.diff(ioff)
     ok = (
         (ilen == seq)
@@ -471,15 +514,41 @@ def split_table(shard: Shard, unit_bytes: int) -> tuple[list[tuple[int, int | No
 
 
 def table_lines_at(shard: Shard, offsets: Sequence[int]) -> list[bytes | None]:
-    """The rows at the 0-based row indices ``offsets``, each as the JSON line of its row (the
-    read-back of :func:`~distprompt.read.shards.lines_at`; None past the last row).
+    """The rows at the 0-based row indices ``offsets``, each as the JSON line of its row (None
+    past the last row).
 
     Raises:
         InputError: The file cannot be read (:class:`CorruptStreamError` when the batch holding
             a row does not decode).
     """
+    return _rows_at(shard, offsets, lambda batch, i, off: _row_json(batch, i))
+
+
+def table_rows_at(shard: Shard, offsets: Sequence[int]) -> list[RowView | bytes | None]:
+    """The rows at the 0-based row indices ``offsets``, as the pass read them (the read-back of
+    :func:`~distprompt.read.shards.rows_at`): a :class:`TableView` straight from the Arrow
+    buffers when the column checks vouch for the row, else its JSON line (for
+    :func:`~distprompt.read.fastrow.read_row`, which says what is wrong); None past the last
+    row. A Parquet row group is decoded only up to the last row wanted in it.
+
+    Raises:
+        InputError: The file cannot be read (:class:`CorruptStreamError` naming the first row
+            of the batch, holding a row wanted or before it, that does not decode).
+    """
+
+    def view(batch: pa.RecordBatch, i: int, off: int) -> RowView | bytes:
+        return _batch_views(batch.slice(i, 1), off, off, shard.name)[0]
+
+    return _rows_at(shard, offsets, view)
+
+
+def _rows_at(
+    shard: Shard, offsets: Sequence[int], make: Callable[[pa.RecordBatch, int, int], _T]
+) -> list[_T | None]:
+    """``make(batch, i, offset)`` for the row at each of ``offsets`` (row ``i`` of ``batch``),
+    None past the last row."""
     want = sorted(set(offsets))
-    found: dict[int, bytes | None] = {}
+    found: dict[int, _T] = {}
     if want:
         reader = _Reader(shard)
         try:
@@ -488,7 +557,7 @@ def table_lines_at(shard: Shard, offsets: Sequence[int]) -> list[bytes | None]:
                 while t < len(want) and want[t] < first:
                     t += 1  # in a group not read (cannot be): never another row for it
                 while t < len(want) and want[t] < first + batch.num_rows:
-                    found[want[t]] = _row_json(batch, want[t] - first)
+                    found[want[t]] = make(batch, want[t] - first, want[t])
                     t += 1
                 if t == len(want):
                     break
