@@ -154,7 +154,6 @@ MAX_FUNCTION_LINES = 100
 #: go once it is within the limit; nothing may grow past its size, and nothing may join.
 OVER_FILES: dict[str, int] = {
     "read/scan.py": 1534,
-    "read/shards.py": 952,
 }
 OVER_FUNCTIONS: dict[str, int] = {
     "pipeline/__init__.py:build_suite": 265,
