@@ -208,3 +208,60 @@ def test_the_size_check_measures_files_and_functions(tmp_path: Path) -> None:
     files, funcs = _sizes(tmp_path)
     assert files["sub/m.py"] > MAX_FILE_LINES
     assert funcs == {"sub/m.py:long": 121, "sub/m.py:short": 2}
+
+
+# --- tests patch only public names (issue 31) ---------------------------------------------
+
+
+def _private_patches(source: str) -> list[str]:
+    """``monkeypatch.setattr`` calls in ``source`` that patch a private name: the attribute
+    named is private (``_x``, not a dunder), or the object patched is reached through one."""
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.startswith("__")
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("setattr", "delattr")
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "monkeypatch"
+            and node.args
+        ):
+            continue
+        target, parts = node.args[0], []
+        if isinstance(target, ast.Constant) and isinstance(target.value, str):
+            parts = target.value.split(".")  # setattr("pkg.mod.name", value)
+        else:
+            while isinstance(target, ast.Attribute):
+                parts.append(target.attr)
+                target = target.value
+            if len(node.args) > 1 and isinstance(node.args[1], ast.Constant):
+                parts.append(str(node.args[1].value))
+        if any(private(p) for p in parts):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_test_patches_a_private_name() -> None:
+    tests = Path(__file__).parent
+    bad = {
+        p.name: hits
+        for p in sorted(tests.glob("*.py"))
+        if (hits := _private_patches(p.read_text(encoding="utf-8")))
+    }
+    assert not bad, bad
+
+
+def test_the_patch_check_finds_private_patches() -> None:
+    src = (
+        "def t(monkeypatch):\n"
+        "    monkeypatch.setattr(mod, '_X', 1)\n"
+        "    monkeypatch.setattr(mod._Cls, 'attr', 2)\n"
+        "    monkeypatch.setattr('pkg.mod._f', 3)\n"
+        "    monkeypatch.setattr(mod, 'PUBLIC', 4)\n"
+        "    monkeypatch.setattr(mod.Cls, '__call__', 5)\n"
+    )
+    assert [h.split(":")[0] for h in _private_patches(src)] == ["line 2", "line 3", "line 4"]

@@ -478,8 +478,8 @@ def test_the_reference_sample_does_not_depend_on_the_split(
     # below compare what the split leaves out
     monkeypatch.setattr(scan_module, "PENDING_TOKENS", 0)
     whole = scan(shards, max_candidates=4 * REPLY_SAMPLE, workers=1)
-    assert scan_module._ref_size(scan_module.Unit(shards[0], 0, 4096)) < REPLY_SAMPLE
-    monkeypatch.setattr(scan_module, "_ref_size", lambda unit: 4)
+    assert scan_module.ref_size(scan_module.Unit(shards[0], 0, 4096)) < REPLY_SAMPLE
+    monkeypatch.setattr(scan_module, "ref_size", lambda unit: 4)
     split = scan(shards, max_candidates=4 * REPLY_SAMPLE, workers=1, unit_bytes=4096)
     a, b = whole.pools["s"].candidates(), split.pools["s"].candidates()
     assert [c.key for c in a] == [c.key for c in b]

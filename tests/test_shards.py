@@ -201,9 +201,9 @@ def test_compressed_lines_are_cut_from_blocks_as_iter_lines_reads_them(
     no line starts), whatever the block size, without falling back to it."""
     from distprompt.read import shards
 
-    monkeypatch.setattr(shards, "_BLOCK", block[0])
-    monkeypatch.setattr(shards, "_FEED", block[1])
-    by_line = shards._lines_by_line
+    monkeypatch.setattr(shards, "READBACK_BLOCK", block[0])
+    monkeypatch.setattr(shards, "READBACK_FEED", block[1])
+    by_line = shards.lines_by_line
     seen = 0
     for seed in range(25):
         rng = np.random.default_rng(seed)
@@ -218,9 +218,9 @@ def test_compressed_lines_are_cut_from_blocks_as_iter_lines_reads_them(
             limit = int(rng.choice([10, 30, 1 << 20]))
             ref = by_line(shard, sorted(set(want)), limit)
             expected = [ref.get(o) for o in want]
-            monkeypatch.setattr(shards, "_lines_by_line", None)  # no fallback here
+            monkeypatch.setattr(shards, "lines_by_line", None)  # no fallback here
             assert shards.lines_at(shard, want, max_line_bytes=limit) == expected, (seed, want)
-            monkeypatch.setattr(shards, "_lines_by_line", by_line)
+            monkeypatch.setattr(shards, "lines_by_line", by_line)
             seen += sum(line is not None for line in expected)
     assert seen > 300  # lines were cut out, not only None
 
@@ -275,7 +275,7 @@ def test_a_damaged_stream_read_back_as_before(tmp_path: Path, how: str) -> None:
     starts = [0] + [i + 1 for i in range(len(body) - 1) if body[i] == 10]
     errors = 0
     for want in ([0], starts[:50], starts[150:160], starts[-5:], starts, [len(body) + 1]):
-        ref = _outcome(shards._lines_by_line, shard, want, 1 << 20)
+        ref = _outcome(shards.lines_by_line, shard, want, 1 << 20)
         expected = ref if isinstance(ref, tuple) else [ref.get(o) for o in want]
         assert _outcome(shards.lines_at, shard, want) == expected, want
         if isinstance(ref, tuple):
@@ -307,8 +307,8 @@ def test_plain_blocks_cut_lines_as_readline_does(
     from distprompt.read import shards as shards_mod
     from distprompt.read.shards import iter_lines, split_shard
 
-    monkeypatch.setattr(shards_mod, "_FIRST_BLOCK", blocks[0])
-    monkeypatch.setattr(shards_mod, "_LARGEST_BLOCK", blocks[1])
+    monkeypatch.setattr(shards_mod, "FIRST_BLOCK", blocks[0])
+    monkeypatch.setattr(shards_mod, "LARGEST_BLOCK", blocks[1])
     rng = np.random.default_rng(seed)
     pieces = [b"", b"\r", b"\r\r", b"\xef\xbb\xbf", b" ", b"x" * 30, b"\xef\xbb", b"{}"]
     lines = []
@@ -336,7 +336,7 @@ def test_plain_lines_read_back_one_line(tmp_path: Path, monkeypatch: pytest.Monk
     from distprompt.read.shards import lines_at
 
     sizes = []
-    real = shards_mod._plain_lines
+    real = shards_mod.plain_lines
 
     def spy(fh: Any, limit: int, pos: int, stop: int) -> Any:
         class Counting:
@@ -346,7 +346,7 @@ def test_plain_lines_read_back_one_line(tmp_path: Path, monkeypatch: pytest.Monk
 
         return real(Counting(), limit, pos, stop)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(shards_mod, "_plain_lines", spy)
+    monkeypatch.setattr(shards_mod, "plain_lines", spy)
     long = b"7" * 200_000
     plain, _ = _plain_and_gz(tmp_path, b"a\n" + long + b"\nb\n")
     assert lines_at(plain, [2, 0, 200_003]) == [long, b"a", b"b"]

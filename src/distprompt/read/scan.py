@@ -717,7 +717,7 @@ def scan_unit(
     """
     shard = unit.shard
     part = Partial(k=max_candidates, tally=Tally(on_error=on_error), sample=sample, replies=replies)
-    part.ref_size = _ref_size(unit)
+    part.ref_size = ref_size(unit)
     n = 0
     limit = vocab_size if vocab_size is not None else getattr(check, "vocab_size", None)
     # Candidates are read back when selected: by offset from a plain shard, in one pass over
@@ -890,7 +890,7 @@ def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> No
         sample.add(cand)
 
 
-def _ref_size(unit: Unit) -> int:
+def ref_size(unit: Unit) -> int:
     """The bottom-m a unit keeps for the reply-feature sample. A byte range of a shard holds
     about its share of the shard's smallest keys: it keeps twice that share of
     :data:`REPLY_SAMPLE` and a margin, and the few keys of the merged bottom-m it missed are

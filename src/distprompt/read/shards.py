@@ -183,7 +183,7 @@ def iter_lines(
             if shard.name.endswith(".jsonl"):
                 if 0 <= stop <= offset:
                     return
-                for line, size in _plain_lines(fh, max_line_bytes, offset, stop):
+                for line, size in plain_lines(fh, max_line_bytes, offset, stop):
                     lineno += 1
                     at = offset
                     offset += size
@@ -222,25 +222,25 @@ def iter_lines(
 #: The blocks a plain shard is read in grow from the first size to the largest (one read-back
 #: line reads little). Not larger: reads of 2 MB or more took three times the kernel time of
 #: 1 MB reads here (1.0 vs 0.35 s for the 1.5 GB benchmark corpus).
-_FIRST_BLOCK = 1 << 16
-_LARGEST_BLOCK = 1 << 20
+FIRST_BLOCK = 1 << 16
+LARGEST_BLOCK = 1 << 20
 #: Buffers of finished reads, for the next (a fresh one is zeroed, page by page).
 _SPARE: list[bytearray] = []
 
 
-def _plain_lines(
+def plain_lines(
     fh: IO[bytes], limit: int, pos: int, stop: int
 ) -> Iterator[tuple[bytes | None, int]]:
     """``(line, size)`` for each line of a plain stream read from byte ``pos``: the line without
     its newline (None when longer than ``limit`` bytes: not held, only counted) and its size
     with the newline; the last line may lack one.
 
-    The stream is read into a reused buffer, in blocks that grow to :data:`_LARGEST_BLOCK`
+    The stream is read into a reused buffer, in blocks that grow to :data:`LARGEST_BLOCK`
     (smaller near ``stop``, past which only the line begun before it is finished), and each
     line is cut out with one copy; ``readline`` would scan every byte in Python's own loop and
     the newline strip would copy each line again.
     """
-    largest = _LARGEST_BLOCK
+    largest = LARGEST_BLOCK
     buf = _SPARE.pop() if _SPARE else bytearray(largest)  # list.pop: atomic across threads
     if len(buf) < largest:
         buf = bytearray(largest)
@@ -256,11 +256,11 @@ def _cut_plain(
 ) -> Iterator[tuple[bytes | None, int]]:
     view = memoryview(buf)
     readinto = getattr(fh, "readinto", None)
-    block = min(_FIRST_BLOCK, largest)
+    block = min(FIRST_BLOCK, largest)
     parts: list[bytes] | None = []  # the pieces of a line begun in an earlier block
     held = 0  # its bytes so far (0: no line is begun)
     while True:
-        want = block if stop < 0 else min(block, max(stop - pos, _FIRST_BLOCK))
+        want = block if stop < 0 else min(block, max(stop - pos, FIRST_BLOCK))
         if readinto is not None:
             got = readinto(view[:want])
         else:  # a file object without readinto (some fsspec files)
@@ -301,8 +301,8 @@ def _cut_plain(
 
 
 #: Decompressed bytes per block of a compressed read-back, and compressed bytes fed per call.
-_BLOCK = 4 << 20
-_FEED = 1 << 20
+READBACK_BLOCK = 4 << 20
+READBACK_FEED = 1 << 20
 
 
 def lines_at(
@@ -340,7 +340,7 @@ def lines_at(
             found = _cut_lines(blocks, want, max_line_bytes)
     except Exception as exc:  # whatever it is, the line-by-line read says it as iter_lines does
         logger.debug("%s: read back line by line (%s: %s)", shard.name, type(exc).__name__, exc)
-        found = _lines_by_line(shard, want, max_line_bytes)
+        found = lines_by_line(shard, want, max_line_bytes)
     return [found.get(off) for off in offsets]
 
 
@@ -360,7 +360,9 @@ def rows_at(
     return list(lines_at(shard, offsets, max_line_bytes=max_line_bytes))
 
 
-def _lines_by_line(shard: Shard, want: Sequence[int], limit: int) -> dict[int, bytes | None]:
+def lines_by_line(shard: Shard, want: Sequence[int], limit: int) -> dict[int, bytes | None]:
+    """The lines starting at the byte offsets ``want`` (ascending), read line by line as
+    :func:`iter_lines` reads them: :func:`lines_at`'s way when its block read fails."""
     found: dict[int, bytes | None] = {}
     wanted = set(want)
     last = want[-1] if want else -1
@@ -373,7 +375,7 @@ def _lines_by_line(shard: Shard, want: Sequence[int], limit: int) -> dict[int, b
 
 
 def _blocks(shard: Shard) -> Generator[bytes, None, None]:
-    """The decompressed bytes of a compressed shard in blocks of up to :data:`_BLOCK` bytes;
+    """The decompressed bytes of a compressed shard in blocks of up to :data:`READBACK_BLOCK` bytes;
     raises at the end of a stream that is cut (only when a block past the end is asked for)."""
     if shard.url is None and shard.name.endswith(".gz"):
         with open(shard.path, "rb") as fh:
@@ -381,7 +383,7 @@ def _blocks(shard: Shard) -> Generator[bytes, None, None]:
         return
     with open_shard(shard.url or shard.path) as fh:
         while True:
-            block = fh.read(_BLOCK)
+            block = fh.read(READBACK_BLOCK)
             if not block:
                 check_whole(fh)
                 return
@@ -395,12 +397,12 @@ def _gunzip(fh: IO[bytes]) -> Generator[bytes, None, None]:
     data = b""
     while True:
         if not data:
-            data = fh.read(_FEED)
+            data = fh.read(READBACK_FEED)
             if not data:
                 if not d.eof:
                     raise EOFError("the gzip stream ended before its end-of-stream marker")
                 return
-        block = d.decompress(data, _BLOCK)
+        block = d.decompress(data, READBACK_BLOCK)
         data = d.unconsumed_tail
         if block:
             yield block
@@ -410,7 +412,7 @@ def _gunzip(fh: IO[bytes]) -> Generator[bytes, None, None]:
                 data = data.lstrip(b"\x00")
                 if data:
                     break
-                data = fh.read(_FEED)
+                data = fh.read(READBACK_FEED)
                 if not data:
                     return
             d = zlib.decompressobj(wbits=31)
