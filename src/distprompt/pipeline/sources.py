@@ -100,18 +100,7 @@ def select_source(
         for i in take_all([c.first_response_length for c in longest], k, stats.first_reply_tokens)
     ]
     if k >= len(cands) and not taken:
-        counts = np.array([c.count for c in cands], dtype=np.float64)
-        w = counts * rows / counts.sum()
-        every = [(c, 1, float(wi), "len1") for c, wi in zip(cands, w, strict=True)]
-        ev = measure_source(
-            cands,
-            range(len(cands)),
-            list(w / w.sum()),
-            stats=stats,
-            seed=config.seed,
-            max_output_tokens=config.max_output_tokens,
-        )
-        return every, ev
+        return _every_candidate(cands, rows, stats, config)
     taken_keys = {c.key for c in taken}
     fixed = [float(pool_keys[c.key].count if c.key in pool_keys else c.count) for c in taken]
     rest = [c for c in cands if c.key not in taken_keys]
@@ -149,40 +138,9 @@ def select_source(
     counts = np.array([c.count for c in rest], dtype=np.float64)
     rows_rest = max(1.0, rows - sum(fixed))
     mass = counts * rows_rest / counts.sum()  # corpus rows each candidate stands for
-    strata, _lower = length_strata(first, mass, strata_count(k_rest))
-    h = int(strata.max()) + 1
-    sizes = np.bincount(strata, minlength=h)
-    picks_h = allocate_picks(
-        np.bincount(strata, weights=mass, minlength=h).tolist(),
-        np.bincount(strata, weights=mass * first, minlength=h).tolist(),
-        sizes.tolist(),
-        k_rest,
+    idx, design, labels, cluster_sizes, names = _picks_in_strata(
+        first, mass, feats, has_reply, k_rest, config
     )
-    idx: list[int] = []
-    design: list[float] = []
-    labels = np.full(len(rest), -1, dtype=np.int64)
-    cluster_sizes: list[int] = []
-    names: list[str] = []
-    for s_i in range(h):
-        in_h = np.flatnonzero(strata == s_i)
-        n_h = picks_h[s_i]
-        if n_h <= 0 or in_h.size == 0:
-            continue
-        # herding among the stratum's candidates whose reply was measured (a uniform sample
-        # of the pool: :data:`distprompt.read.scan.REPLY_SAMPLE`), all of them when none was
-        pickable = in_h[has_reply[in_h]] if has_reply[in_h].sum() >= n_h else in_h
-        sub = _subset(feats, pickable)
-        sel = select(
-            sub, n_h, method=config.method, seed=config.seed, near_duplicate=config.near_duplicate
-        )
-        got = [int(pickable[i]) for i in sel.indices]
-        near = assign(feats.joint[in_h], [int(np.searchsorted(in_h, g)) for g in got])
-        base = len(idx)
-        labels[in_h] = base + near
-        cluster_sizes.extend(int(v) for v in np.bincount(near, minlength=len(got)))
-        idx.extend(got)
-        design.extend([float(mass[in_h].sum()) / len(got)] * len(got))
-        names.extend([f"len{s_i + 1}"] * len(got))
     weights, residual = _calibrated(
         rest, idx, np.asarray(design), mass, has_reply, stats, taken, fixed
     )
@@ -206,6 +164,74 @@ def select_source(
         max_output_tokens=config.max_output_tokens,
     )
     return chosen, ev
+
+
+def _every_candidate(
+    cands: list[Candidate], rows: int, stats: SourceStats, config: Config
+) -> tuple[list[Chosen], SourceEvidence | None]:
+    """Every candidate is an item (the quota holds the whole pool, nothing is taken alone),
+    weighted by the rows it stands for."""
+    counts = np.array([c.count for c in cands], dtype=np.float64)
+    w = counts * rows / counts.sum()
+    every = [(c, 1, float(wi), "len1") for c, wi in zip(cands, w, strict=True)]
+    ev = measure_source(
+        cands,
+        range(len(cands)),
+        list(w / w.sum()),
+        stats=stats,
+        seed=config.seed,
+        max_output_tokens=config.max_output_tokens,
+    )
+    return every, ev
+
+
+def _picks_in_strata(
+    first: np.ndarray,
+    mass: np.ndarray,
+    feats: Features,
+    has_reply: np.ndarray,
+    k_rest: int,
+    config: Config,
+) -> tuple[list[int], list[float], np.ndarray, list[int], list[str]]:
+    """The picks outside the take-all stratum: first-reply length strata of about equal token
+    mass, picks allocated to them, herding within each among the candidates whose reply was
+    measured. Returns the picks (indices), their design weights, each candidate's cluster,
+    the clusters' sizes and the picks' strata names."""
+    strata, _lower = length_strata(first, mass, strata_count(k_rest))
+    h = int(strata.max()) + 1
+    sizes = np.bincount(strata, minlength=h)
+    picks_h = allocate_picks(
+        np.bincount(strata, weights=mass, minlength=h).tolist(),
+        np.bincount(strata, weights=mass * first, minlength=h).tolist(),
+        sizes.tolist(),
+        k_rest,
+    )
+    idx: list[int] = []
+    design: list[float] = []
+    labels = np.full(len(first), -1, dtype=np.int64)  # one per candidate outside take-all
+    cluster_sizes: list[int] = []
+    names: list[str] = []
+    for s_i in range(h):
+        in_h = np.flatnonzero(strata == s_i)
+        n_h = picks_h[s_i]
+        if n_h <= 0 or in_h.size == 0:
+            continue
+        # herding among the stratum's candidates whose reply was measured (a uniform sample
+        # of the pool: :data:`distprompt.read.scan.REPLY_SAMPLE`), all of them when none was
+        pickable = in_h[has_reply[in_h]] if has_reply[in_h].sum() >= n_h else in_h
+        sub = _subset(feats, pickable)
+        sel = select(
+            sub, n_h, method=config.method, seed=config.seed, near_duplicate=config.near_duplicate
+        )
+        got = [int(pickable[i]) for i in sel.indices]
+        near = assign(feats.joint[in_h], [int(np.searchsorted(in_h, g)) for g in got])
+        base = len(idx)
+        labels[in_h] = base + near
+        cluster_sizes.extend(int(v) for v in np.bincount(near, minlength=len(got)))
+        idx.extend(got)
+        design.extend([float(mass[in_h].sum()) / len(got)] * len(got))
+        names.extend([f"len{s_i + 1}"] * len(got))
+    return idx, design, labels, cluster_sizes, names
 
 
 def _in_ref(c: Candidate, ref_keys: set[int]) -> Candidate:
