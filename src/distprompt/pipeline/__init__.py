@@ -494,24 +494,9 @@ def _run_pass(
     and ``early`` (one worker) selects and decodes the sources whose shards are read meanwhile;
     there, or on Ray, the merged pools keep their windows in ``spill`` when given.
     """
-    tok = tinfo = checks = loading = None
-    name = ""
-    if tokenizer is not None or need_tokenizer:
-        light = light_checks(tokenizer)
-        if light is None:
-            logger.debug("tokenizer %r loaded before the pass", tokenizer)
-            tok, tinfo = load_tokenizer(tokenizer)
-            name = tinfo.name
-        else:
-            # Only the checks are kept: the light tokenizer's memory is free for the real one.
-            name, checks = light[0].name, light[1]
-            loading = BackgroundLoad(tokenizer)
-        del light
-        trim_heap()  # the light tokenizer's memory, before the pass's workers fork
+    tok, tinfo, checks, loading, name = _tokenizer_first(tokenizer, need_tokenizer)
     found = find_shards(data, warn=warn, glob=config.glob)
     shards = found.shards
-    if tok is not None and tinfo is not None:
-        checks = prepare_checks(tok, tinfo.vocab_size)
     big = overlap and schedule.is_large(shards)
     if early is not None:
         early.shards = shards
@@ -568,19 +553,9 @@ def _run_pass(
             raise
         failure = exc
     if loading is not None:
-        tok, tinfo = loading.result()
-        real = prepare_checks(tok, tinfo.vocab_size)
         assert checks is not None
-        differ = _checks_differ(checks, real, tok)
-        if failure is not None and not differ:
-            raise failure
-        if differ:
-            say(
-                f"tokenizer {tinfo.name!r}: what was read without transformers differs from "
-                f"the loaded tokenizer ({differ}); DATA is read again with the loaded one's"
-            )
-            schedule.join_warm_imports()  # no import in flight while worker processes fork
-            checks = real
+        tok, tinfo, checks, again = _loaded_checks(loading, checks, failure, say)
+        if again:
             part = one_pass(checks, None)
     for shard_name, why in sorted(part.failed.items()):
         say(f"{shard_name}: {left_out}: {why}")
@@ -589,6 +564,58 @@ def _run_pass(
     settle_rows(part)
     run = _Pass(tok, tinfo, found, part, None, {}, checks)
     return _judged(run, config, round_trip_sample) if judge else run
+
+
+def _loaded_checks(
+    loading: BackgroundLoad,
+    checks: Checks,
+    failure: Exception | None,
+    say: Callable[[str], None],
+) -> tuple[Any, TokenizerInfo, Checks, bool]:
+    """The tokenizer loaded beside the pass, its checks, and whether the pass must run again
+    because they differ from what was read without ``transformers`` (said through ``say``).
+
+    Raises:
+        Exception: ``failure`` (the pass's), when the checks do not differ.
+    """
+    tok, tinfo = loading.result()
+    real = prepare_checks(tok, tinfo.vocab_size)
+    differ = _checks_differ(checks, real, tok)
+    if failure is not None and not differ:
+        raise failure
+    if differ:
+        say(
+            f"tokenizer {tinfo.name!r}: what was read without transformers differs from "
+            f"the loaded tokenizer ({differ}); DATA is read again with the loaded one's"
+        )
+        schedule.join_warm_imports()  # no import in flight while worker processes fork
+        return tok, tinfo, real, True
+    return tok, tinfo, checks, False
+
+
+def _tokenizer_first(
+    tokenizer: Any, need_tokenizer: bool
+) -> tuple[Any, TokenizerInfo | None, Checks | None, BackgroundLoad | None, str]:
+    """What the pass starts with: the row checks read without ``transformers`` when they can
+    be (the real tokenizer then loads in the background: ``loading``), else the tokenizer
+    loaded now. Returns ``(tok, tinfo, checks, loading, name)``; all None (name "") without a
+    tokenizer."""
+    tok = tinfo = checks = loading = None
+    name = ""
+    if tokenizer is None and not need_tokenizer:
+        return tok, tinfo, checks, loading, name
+    light = light_checks(tokenizer)
+    if light is None:
+        logger.debug("tokenizer %r loaded before the pass", tokenizer)
+        tok, tinfo = load_tokenizer(tokenizer)
+        name, checks = tinfo.name, prepare_checks(tok, tinfo.vocab_size)
+    else:
+        # Only the checks are kept: the light tokenizer's memory is free for the real one.
+        name, checks = light[0].name, light[1]
+        loading = BackgroundLoad(tokenizer)
+    del light
+    trim_heap()  # the light tokenizer's memory, before the pass's workers fork
+    return tok, tinfo, checks, loading, name
 
 
 def _judged(run: _Pass, config: Config, round_trip_sample: int = ROUND_TRIP_SAMPLE) -> _Pass:
