@@ -345,18 +345,19 @@ def test_plots_are_drawn_from_a_report_made_before_the_items(
 ) -> None:
     # On a large corpus the plots are drawn (elsewhere) from a report made as soon as every
     # source is selected, with the counts instead of the items: they are the final report's.
+    from distprompt.pipeline import plots as plot_processes
     from distprompt.pipeline import schedule
     from distprompt.write.render import plots
 
     seen: list = []
 
-    class Recording(schedule.PlotProcess):
+    class Recording(plot_processes.PlotProcess):
         def send(self, report) -> None:  # type: ignore[no-untyped-def]
             seen.append(report)
             super().send(report)
 
     monkeypatch.setattr(schedule, "OVERLAP_BYTES", 0)
-    monkeypatch.setattr(schedule, "PlotProcess", Recording)
+    monkeypatch.setattr(plot_processes, "PlotProcess", Recording)
     suite = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3)
     (early,) = seen
     final = suite.report

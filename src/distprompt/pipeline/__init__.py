@@ -17,16 +17,17 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from distprompt._heap import trim_heap
 from distprompt.config import Config, OnError, resolve
 from distprompt.corpus import CorpusInfo, corpus_info
 from distprompt.errors import InputError, TokenizerError, api_spelling
+from distprompt.pipeline import plots as plots_mod
 from distprompt.pipeline import schedule
 from distprompt.pipeline.items import item_id, learn_profile
-from distprompt.pipeline.manifest import build_manifest, template_summary
-from distprompt.pipeline.sources import early_quotas, quotas_of
+from distprompt.pipeline.manifest import build_manifest
+from distprompt.pipeline.sources import quotas_of
 from distprompt.read.scan import (
     Partial,
     scan,
@@ -53,9 +54,6 @@ from distprompt.write.metrics import SourceEvidence
 from distprompt.write.out_dir import check_out_dir
 from distprompt.write.report import Report, build_report, with_items
 from distprompt.write.suite import Suite
-
-if TYPE_CHECKING:
-    from concurrent.futures import Executor, Future
 
 __all__ = ["build_suite", "export_suite", "inspect_corpus", "item_id"]
 
@@ -145,65 +143,16 @@ def build_suite(
         # with one or two workers, in forked worker processes with more (schedule.selection_pool).
         # Either way the plots are drawn in two fresh processes while the last items are
         # decoded and the other files written.
-        big = schedule.is_large(shards)
-        early = early_quotas(part, config) if big else None
+        started_sel = schedule.start_selection(part, config, stack, early_sel, shards)
+        big, early, kept, submitted = (
+            started_sel.big,
+            started_sel.quotas,
+            started_sel.kept,
+            started_sel.submitted,
+        )
         parallel = early is not None
-        pool: Executor | None = None
-        kept: dict[Future[Any], str] = {}
-        if early_sel is not None:
-            if parallel and early_sel.pool is not None:
-                kept = early_sel.take(part, early or {})
-                pool = early_sel.pool  # what is left, in the same thread
-            else:
-                early_sel.reset(wait=parallel)
-        if pool is None:
-            pool = stack.enter_context(schedule.selection_pool(config.workers if parallel else 0))
-        submitted = None
-        if early is not None and pool is not None:
-            submitted = kept | schedule.submit_selection(
-                part, early, config, pool, list(kept.values())
-            )
-            if early_sel is not None:
-                logger.info(
-                    "submitted during the pass and still right: %d of %d sources (%d of them "
-                    "not started by its end, run with the rest); %d submitted then, not used",
-                    len(kept) + early_sel.queued,
-                    len(part.stats),
-                    early_sel.queued,
-                    early_sel.redone,
-                )
         run = _judged(run, config)
-        verdict = run.verdict
-        assert verdict is not None  # need_tokenizer
-        if verdict.mismatch is not None:
-            if config.check_tokenizer:
-                raise TokenizerError(
-                    f"{verdict.mismatch} (or --no-tokenizer-check to write the suite anyway, "
-                    "with this verdict recorded)"
-                )
-            _warn(
-                "tokenizer check failed, the suite is written anyway (--no-tokenizer-check): "
-                + "; ".join(verdict.mismatch.splitlines())
-            )
-        problem = row_problem(verdict, part) if config.on_error == "raise" else None
-        if problem is not None:
-            raise problem  # a row failed a per-row template check: the row's problem
-        if part.tally.skipped:
-            total_skipped = sum(part.tally.skipped.values())
-            detail = ", ".join(
-                f"{r}: {n} (first at {part.tally.first_skip.get(r, '?')})"
-                for r, n in sorted(part.tally.skipped.items())
-            )
-            _warn(f"skipped {total_skipped} bad rows — {detail}")
-        if not part.stats:
-            # An empty suite would look like a finished export; refuse before anything is
-            # written.
-            skipped = part.tally.skipped
-            why = f"{sum(skipped.values())} bad rows skipped" if skipped else "no rows"
-            raise InputError(
-                f"{data}: expected at least one valid row in {len(shards)} shard(s), found none "
-                f"({why}); check DATA and the bad-row counts"
-            )
+        verdict = _accepted_verdict(run, config, _warn, data)
 
         passed = time.perf_counter()
         logger.info("tokenizer, pass and tokenizer checks: %.1f s", passed - started)
@@ -223,16 +172,9 @@ def build_suite(
                     f"prompts; it gives all it has ({q.shortfall} short)"
                 )
 
-        profile = None
-        learned = early_sel.profile if early_sel is not None else None
-        if learned is not None and learned[0] is tok:  # learned in the selection thread
-            profile = learned[1]
-            for msg in learned[2]:
-                _warn(msg)
-        elif config.recover_turns:
-            profile = learn_profile(tok, tinfo, _warn)
+        profile = _turn_profile(early_sel, tok, tinfo, config, _warn)
         meta = {"method": config.method, "seed": config.seed}
-        plots: schedule.PlotProcess | None = None
+        plots: plots_mod.PlotProcess | None = None
         try:
 
             def start_plots() -> None:
@@ -246,7 +188,7 @@ def build_suite(
                     # Two, each drawing about half: the plots are the last work of the export
                     # (measured with one worker: the process tree's PSS peaks at 503 MB then,
                     # below selection's peak with the plots in one process, 481 MB).
-                    plots = schedule.PlotProcess(2)
+                    plots = plots_mod.PlotProcess(2)
 
             prebuilt: list[Report] = []
 
@@ -309,24 +251,9 @@ def build_suite(
         time.perf_counter() - passed,
     )
     manifest = build_manifest(
-        config,
-        tinfo,
-        shards,
-        part,
-        quotas,
-        selected_counts,
-        items,
-        warnings,
-        data=data,
-        ignored=found.ignored,
-        verdict=verdict,
-    )
-    manifest["template"] = template_summary(profile)
-    manifest["fidelity_issues"] = [
-        {"id": it.id, "source": it.source, "fidelity": it.fidelity, "reason": it.fidelity_reason}
-        for it in items
-        if it.fidelity not in (None, "tokens")
-    ]
+        config, tinfo, shards, part, quotas, selected_counts, items, warnings,
+        data=data, ignored=found.ignored, verdict=verdict, profile=profile,
+    )  # fmt: skip
     return Suite(items, manifest, report=report, tokenizer=tok, plots=plots)
 
 
@@ -591,6 +518,72 @@ def _loaded_checks(
         schedule.join_warm_imports()  # no import in flight while worker processes fork
         return tok, tinfo, real, True
     return tok, tinfo, checks, False
+
+
+def _accepted_verdict(
+    run: _Pass,
+    config: Config,
+    warn: Callable[[str], None],
+    data: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+) -> TokenizerFigures:
+    """The tokenizer checks' verdict, once it is clear that the export goes on: a failed check
+    raises (or is warned about with ``check_tokenizer=False``), so does a row's template
+    problem with ``on_error="raise"``; skipped rows are warned about.
+
+    Raises:
+        TokenizerError: The tokenizer fails a check. InputError: No valid row at all.
+        DataError: A row failed a per-row template check (``on_error="raise"``).
+    """
+    verdict = run.verdict
+    part, shards = run.part, run.found.shards
+    assert verdict is not None  # need_tokenizer
+    if verdict.mismatch is not None:
+        if config.check_tokenizer:
+            raise TokenizerError(
+                f"{verdict.mismatch} (or --no-tokenizer-check to write the suite anyway, "
+                "with this verdict recorded)"
+            )
+        warn(
+            "tokenizer check failed, the suite is written anyway (--no-tokenizer-check): "
+            + "; ".join(verdict.mismatch.splitlines())
+        )
+    problem = row_problem(verdict, part) if config.on_error == "raise" else None
+    if problem is not None:
+        raise problem  # a row failed a per-row template check: the row's problem
+    if part.tally.skipped:
+        total_skipped = sum(part.tally.skipped.values())
+        detail = ", ".join(
+            f"{r}: {n} (first at {part.tally.first_skip.get(r, '?')})"
+            for r, n in sorted(part.tally.skipped.items())
+        )
+        warn(f"skipped {total_skipped} bad rows — {detail}")
+    if not part.stats:
+        # An empty suite would look like a finished export; refuse before anything is
+        # written.
+        skipped = part.tally.skipped
+        why = f"{sum(skipped.values())} bad rows skipped" if skipped else "no rows"
+        raise InputError(
+            f"{data}: expected at least one valid row in {len(shards)} shard(s), found none "
+            f"({why}); check DATA and the bad-row counts"
+        )
+    return verdict
+
+
+def _turn_profile(
+    early_sel: schedule.EarlySelection | None,
+    tok: Any,
+    tinfo: TokenizerInfo,
+    config: Config,
+    warn: Callable[[str], None],
+) -> Any:
+    """The chat-template profile for turn recovery: the one the early selection learned with
+    this tokenizer (its warnings said now), else learned here; None without turn recovery."""
+    learned = early_sel.profile if early_sel is not None else None
+    if learned is not None and learned[0] is tok:  # learned in the selection thread
+        for msg in learned[2]:
+            warn(msg)
+        return learned[1]
+    return learn_profile(tok, tinfo, warn) if config.recover_turns else None
 
 
 def _tokenizer_first(

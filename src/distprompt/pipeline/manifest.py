@@ -112,7 +112,11 @@ def build_manifest(
     data: Any,
     ignored: Sequence[str] = (),
     verdict: TokenizerFigures | None = None,
+    profile: Any = None,
 ) -> dict[str, Any]:
+    """``manifest.json``'s content: versions, options, DATA's fingerprint and counts, the
+    tokenizer check, the sources' design, warnings, the learned template (``profile``) and the
+    items that are not token-exact."""
     import sklearn
     import tokenizers
     import transformers
@@ -120,43 +124,7 @@ def build_manifest(
     fp = hashlib.sha256()
     for s in shards:
         fp.update(f"{s.name}\x00{s.size}\n".encode())
-    sources: dict[str, Any] = {}
-    for src in sorted(part.stats):
-        st = part.stats[src]
-        unique, exact = part.pools[src].distinct()
-        fid: dict[str, int] = {}
-        structure: dict[str, int] = {}
-        ambiguous: dict[str, int] = {}
-        for it in items:
-            if it.source == src:
-                for a in it.ambiguities:
-                    key = f"{a.kind}:{a.reading}"
-                    ambiguous[key] = ambiguous.get(key, 0) + 1
-            if it.source == src and it.fidelity is not None:
-                fid[it.fidelity] = fid.get(it.fidelity, 0) + 1
-            if it.source == src and it.structure is not None:
-                structure[it.structure] = structure.get(it.structure, 0) + 1
-        sources[src] = {
-            "rows": st.rows,
-            "unique_prompts": unique,
-            "unique_exact": exact,
-            "duplicate_rows": max(0, st.rows - unique),
-            "candidates": len(part.pools[src]),
-            "target": quotas[src].target,
-            "selected": selected.get(src, 0),
-            "prompt_tokens": _quantiles(st.prompt_lengths),
-            # n_response_tokens: the whole rest of the row, every later turn included
-            "response_tokens": _quantiles(st.response_lengths),
-            # the first assistant span after the prompt: what max_tokens asks for
-            "first_reply_tokens": _quantiles(st.first_reply_lengths),
-            "fidelity": dict(sorted(fid.items())),
-            # How the turns were recovered: `turns` (every turn recognised) or `flat` (fallback).
-            "structure": dict(sorted(structure.items())),
-            # Readings the tokens leave open, by kind and the reading kept (`user`: no
-            # evidence for a system prompt; `system`: the source's items gave it).
-            "ambiguities": dict(sorted(ambiguous.items())),
-            "design": design_summary([it for it in items if it.source == src], st),
-        }
+    sources = {src: _source_entry(src, part, quotas, selected, items) for src in sorted(part.stats)}
     data_spec = sorted(str(d) for d in data) if isinstance(data, (list, tuple)) else str(data)
     cfg = config.recorded()  # not how the pass ran nor how the files are written
     return {
@@ -193,6 +161,63 @@ def build_manifest(
         "tokenizer_check": verdict_dict(verdict, enforced=config.check_tokenizer),
         "sources": sources,
         "warnings": list(warnings),
+        "template": template_summary(profile),
+        "fidelity_issues": [
+            {
+                "id": it.id,
+                "source": it.source,
+                "fidelity": it.fidelity,
+                "reason": it.fidelity_reason,
+            }
+            for it in items
+            if it.fidelity not in (None, "tokens")
+        ],
+    }
+
+
+def _source_entry(
+    src: str,
+    part: Partial,
+    quotas: dict[str, Quota],
+    selected: dict[str, int],
+    items: Sequence[SuiteItem],
+) -> dict[str, Any]:
+    """A source's entry of the manifest: counts, length quantiles, its items' recovery and
+    ambiguities, and its sampling design."""
+    st = part.stats[src]
+    unique, exact = part.pools[src].distinct()
+    fid: dict[str, int] = {}
+    structure: dict[str, int] = {}
+    ambiguous: dict[str, int] = {}
+    for it in items:
+        if it.source == src:
+            for a in it.ambiguities:
+                key = f"{a.kind}:{a.reading}"
+                ambiguous[key] = ambiguous.get(key, 0) + 1
+        if it.source == src and it.fidelity is not None:
+            fid[it.fidelity] = fid.get(it.fidelity, 0) + 1
+        if it.source == src and it.structure is not None:
+            structure[it.structure] = structure.get(it.structure, 0) + 1
+    return {
+        "rows": st.rows,
+        "unique_prompts": unique,
+        "unique_exact": exact,
+        "duplicate_rows": max(0, st.rows - unique),
+        "candidates": len(part.pools[src]),
+        "target": quotas[src].target,
+        "selected": selected.get(src, 0),
+        "prompt_tokens": _quantiles(st.prompt_lengths),
+        # n_response_tokens: the whole rest of the row, every later turn included
+        "response_tokens": _quantiles(st.response_lengths),
+        # the first assistant span after the prompt: what max_tokens asks for
+        "first_reply_tokens": _quantiles(st.first_reply_lengths),
+        "fidelity": dict(sorted(fid.items())),
+        # How the turns were recovered: `turns` (every turn recognised) or `flat` (fallback).
+        "structure": dict(sorted(structure.items())),
+        # Readings the tokens leave open, by kind and the reading kept (`user`: no
+        # evidence for a system prompt; `system`: the source's items gave it).
+        "ambiguities": dict(sorted(ambiguous.items())),
+        "design": design_summary([it for it in items if it.source == src], st),
     }
 
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import os
-import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from distprompt._heap import trim_heap
@@ -22,7 +21,13 @@ from distprompt.choose.vectorize import FEATURE_BUDGET
 from distprompt.config import Config
 from distprompt.errors import ConfigError
 from distprompt.pipeline.items import Pick, learn_profile, make_batch, make_items, picks_of
-from distprompt.pipeline.sources import Chosen, heavy_candidates, quotas_of, select_source
+from distprompt.pipeline.sources import (
+    Chosen,
+    early_quotas,
+    heavy_candidates,
+    quotas_of,
+    select_source,
+)
 from distprompt.read.scan import BottomK, Partial
 from distprompt.records import Candidate, Shard, SourceStats, SuiteItem
 from distprompt.recover.decode import TokenizerInfo
@@ -32,8 +37,6 @@ if TYPE_CHECKING:
     from concurrent.futures import Executor, Future, ProcessPoolExecutor
 
 logger = logging.getLogger("distprompt.pipeline")
-#: Not distprompt.pipeline: the CLI prints these (build_suite's warnings reach it by ``warn``).
-plot_logger = logging.getLogger("distprompt.pipeline.plots")
 
 
 def one_thread() -> Any:
@@ -600,94 +603,51 @@ def select_and_decode(
     return counts, every, {s: evidence[s] for s in sources}
 
 
-class PlotProcess:
-    """The plots of a report drawn in fresh Python processes while this one goes on.
+@dataclass(frozen=True, slots=True)
+class Started:
+    """Selection as the pass leaves it: whether the corpus is large (selection beside the main
+    thread), the quotas it was started with (None: it runs after the checks, in this thread),
+    the sources the early selection kept, and every source submitted."""
 
-    Subprocesses rather than forked workers, which would copy ~100 MB of the pages they share
-    with this one (measured on the benchmark corpus), and rather than a multiprocessing spawn,
-    which imports the caller's main script again. They are started before the report exists,
-    to import matplotlib meanwhile (~1 s), and wait for it on stdin: :meth:`send` hands it
-    over; each draws a share of the plots (:func:`~distprompt.write.render.plot_groups`).
-    Calling waits for the PNGs; those of a process that failed are drawn here, with a warning.
-    """
+    big: bool
+    quotas: dict[str, Quota] | None
+    kept: dict[Future[Any], str]
+    submitted: dict[Future[Any], str] | None
 
-    def __init__(self, processes: int = 1) -> None:
-        import subprocess
 
-        from distprompt.write.render import plot_groups
-
-        self._report: Any = None
-        code = (
-            "import sys; from distprompt.write.render import serve_plots; serve_plots(sys.argv[1:])"
-        )
-        self._procs = [
-            (
-                names,
-                subprocess.Popen(
-                    [sys.executable, "-c", code, *names],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    # It imports distprompt from where this process did.
-                    env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
-                ),
+def start_selection(
+    part: Partial,
+    config: Config,
+    stack: contextlib.ExitStack,
+    early_sel: EarlySelection | None,
+    shards: Sequence[Shard],
+) -> Started:
+    """Start selecting once the pass is done, while the main thread runs the tokenizer checks:
+    on a large corpus, in two threads with one or two workers, in forked worker processes with
+    more (:func:`selection_pool`), keeping what the early selection did and is still right."""
+    big = is_large(shards)
+    early = early_quotas(part, config) if big else None
+    parallel = early is not None
+    pool: Executor | None = None
+    kept: dict[Future[Any], str] = {}
+    if early_sel is not None:
+        if parallel and early_sel.pool is not None:
+            kept = early_sel.take(part, early or {})
+            pool = early_sel.pool  # what is left, in the same thread
+        else:
+            early_sel.reset(wait=parallel)
+    if pool is None:
+        pool = stack.enter_context(selection_pool(config.workers if parallel else 0))
+    submitted = None
+    if early is not None and pool is not None:
+        submitted = kept | submit_selection(part, early, config, pool, list(kept.values()))
+        if early_sel is not None:
+            logger.info(
+                "submitted during the pass and still right: %d of %d sources (%d of them "
+                "not started by its end, run with the rest); %d submitted then, not used",
+                len(kept) + early_sel.queued,
+                len(part.stats),
+                early_sel.queued,
+                early_sel.redone,
             )
-            for names in plot_groups(processes)
-        ]
-        self._out: list[tuple[bytes, bytes]] = [(b"", b"")] * len(self._procs)
-        self._readers: list[threading.Thread] = []
-
-    def send(self, report: Any) -> None:
-        """Hand ``report`` over (pickled, on each process's stdin)."""
-        import pickle
-
-        self._report = report
-        data = pickle.dumps(report, protocol=pickle.HIGHEST_PROTOCOL)
-        for i in range(len(self._procs)):
-            # Written and read as it goes (communicate), so that no process blocks on a pipe.
-            reader = threading.Thread(target=self._communicate, args=(i, data), daemon=True)
-            reader.start()
-            self._readers.append(reader)
-
-    def _communicate(self, i: int, data: bytes) -> None:
-        proc = self._procs[i][1]
-        with contextlib.suppress(OSError, ValueError):  # it died before it read the report
-            self._out[i] = proc.communicate(data)
-        proc.wait()
-
-    def __call__(self) -> dict[str, bytes]:
-        import pickle
-
-        assert self._readers, "send() first"
-        pngs: dict[str, bytes] = {}
-        for reader in self._readers:
-            reader.join()
-        for (names, proc), (out, err) in zip(self._procs, self._out, strict=True):
-            got = None
-            if proc.returncode == 0:
-                with contextlib.suppress(Exception):
-                    got = pickle.loads(out)
-            if isinstance(got, dict):
-                pngs.update(got)
-                continue
-            lines = err.decode("utf-8", "replace").strip().splitlines()
-            why = lines[-1] if lines else f"exit code {proc.returncode}"
-            plot_logger.warning(
-                "the plot process failed (%s); the plots are drawn here instead", why
-            )
-            from distprompt.write.render import plots
-
-            pngs.update(plots(self._report, names))
-        from distprompt.write.render import PLOT_NAMES
-
-        return {n: pngs[n] for n in PLOT_NAMES if n in pngs}
-
-    def stop(self) -> None:
-        """Stop the processes (the plots are not wanted)."""
-        for _, proc in self._procs:
-            proc.kill()
-        for reader in self._readers:
-            reader.join()
-        for _, proc in self._procs:
-            with contextlib.suppress(OSError, ValueError):
-                proc.communicate()
+    return Started(big, early, kept, submitted)
