@@ -15,11 +15,12 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from distprompt._heap import trim_heap
+from distprompt.choose.stratify import Quota
 from distprompt.config import Config, OnError, resolve
 from distprompt.corpus import CorpusInfo, corpus_info
 from distprompt.errors import InputError, TokenizerError, api_spelling
@@ -34,9 +35,6 @@ from distprompt.read.scan import (
 )
 from distprompt.read.shards import ShardSet, find_shards
 from distprompt.read.spill import WindowStore
-from distprompt.records import (
-    SuiteItem,
-)
 from distprompt.recover.ambiguity import settle_system_prompts
 from distprompt.recover.checks import (
     ROUND_TRIP_SAMPLE,
@@ -50,9 +48,7 @@ from distprompt.recover.checks import (
 )
 from distprompt.recover.decode import TokenizerInfo, load_tokenizer
 from distprompt.recover.light import BackgroundLoad, light_checks
-from distprompt.write.metrics import SourceEvidence
 from distprompt.write.out_dir import check_out_dir
-from distprompt.write.report import Report, build_report, with_items
 from distprompt.write.suite import Suite
 
 __all__ = ["build_suite", "export_suite", "inspect_corpus", "item_id"]
@@ -122,19 +118,10 @@ def build_suite(
             else None
         )
         run = _run_pass(
-            data,
-            tokenizer,
-            config,
-            on_error=config.on_error,
-            progress=config.progress,
-            warn=_warn,
-            left_out="left out (--on-error skip)",
-            overlap=True,
-            need_tokenizer=True,
-            judge=False,
-            early=early_sel,
-            spill=spill,
-        )
+            data, tokenizer, config, on_error=config.on_error, progress=config.progress,
+            warn=_warn, left_out="left out (--on-error skip)", overlap=True,
+            need_tokenizer=True, judge=False, early=early_sel, spill=spill,
+        )  # fmt: skip
         tok, tinfo, found, part = run.tok, run.tinfo, run.found, run.part
         assert tinfo is not None  # need_tokenizer
         shards = found.shards
@@ -143,69 +130,27 @@ def build_suite(
         # with one or two workers, in forked worker processes with more (schedule.selection_pool).
         # Either way the plots are drawn in two fresh processes while the last items are
         # decoded and the other files written.
-        started_sel = schedule.start_selection(part, config, stack, early_sel, shards)
-        big, early, kept, submitted = (
-            started_sel.big,
-            started_sel.quotas,
-            started_sel.kept,
-            started_sel.submitted,
-        )
+        sel = schedule.start_selection(part, config, stack, early_sel, shards)
+        big, early, kept, submitted = sel.big, sel.quotas, sel.kept, sel.submitted
         parallel = early is not None
         run = _judged(run, config)
         verdict = _accepted_verdict(run, config, _warn, data)
 
         passed = time.perf_counter()
         logger.info("tokenizer, pass and tokenizer checks: %.1f s", passed - started)
-        if spill.spilled or spill.kept:
-            logger.info(
-                "the pools' feature windows: %d written to a temporary file (%.1f MB), %d kept "
-                "in memory",
-                spill.spilled,
-                spill.size / 1e6,
-                spill.kept,
-            )
         quotas = early if early is not None else quotas_of(part, config)
-        for q in quotas.values():
-            if q.shortfall > 0:
-                _warn(
-                    f"source {q.source!r}: quota {q.target} but only {q.granted} unique "
-                    f"prompts; it gives all it has ({q.shortfall} short)"
-                )
+        _said_after_pass(spill, quotas, _warn)
 
         profile = _turn_profile(early_sel, tok, tinfo, config, _warn)
         meta = {"method": config.method, "seed": config.seed}
-        plots: plots_mod.PlotProcess | None = None
+        drawing = plots_mod.ReportDrawing(
+            stats=part.stats,
+            quotas=quotas,
+            meta=meta,
+            max_output_tokens=config.max_output_tokens,
+            big=big,
+        )
         try:
-
-            def start_plots() -> None:
-                # Every source is selected (not before: started beside the last selections,
-                # the plot processes' ~100 MB came on top of the largest pools' matrices;
-                # measured on the benchmark's 4x corpus, the process tree's peak 611-643 ->
-                # 579-595 MB, no slower within this machine's spread).
-                nonlocal plots
-                if big and plots is None:
-                    trim_heap()  # what selection freed, before other processes start
-                    # Two, each drawing about half: the plots are the last work of the export
-                    # (measured with one worker: the process tree's PSS peaks at 503 MB then,
-                    # below selection's peak with the plots in one process, 481 MB).
-                    plots = plots_mod.PlotProcess(2)
-
-            prebuilt: list[Report] = []
-
-            def draw(counts: dict[str, int], evidence: dict[str, SourceEvidence | None]) -> None:
-                # Every source is selected: the report is built now, once, without the items
-                # (completed with them after decoding, with_items); the plots, which are those
-                # of the final report, are drawn elsewhere from it while the items are decoded.
-                rep = build_report(
-                    evidence, stats=part.stats, quotas=quotas, items=(), selected=counts,
-                    meta=meta, max_output_tokens=config.max_output_tokens,
-                )  # fmt: skip
-                prebuilt.append(rep)
-                if big:
-                    start_plots()
-                    assert plots is not None
-                    plots.send(rep)
-
             ready = early_sel.decoded(kept) if early_sel is not None else None
             selected_counts, items, evidence = schedule.select_and_decode(
                 part,
@@ -216,7 +161,7 @@ def build_suite(
                 profile=profile,
                 warn=_warn,
                 submitted=submitted,
-                on_selected=draw,
+                on_selected=drawing.draw,
                 decoded=ready,
             )
             # A system prompt the template wrote into a user turn is read out of it only
@@ -229,32 +174,25 @@ def build_suite(
                     len(kept),
                 )
         except BaseException:
-            if plots is not None:
-                plots.stop()
+            drawing.stop()
             raise
-    report = _with_items(prebuilt, items)
-    if report is None:  # not built before decoding, or for other items: built from them
-        report = build_report(
-            evidence, stats=part.stats, quotas=quotas, items=items, meta=meta,
-            max_output_tokens=config.max_output_tokens,
-        )  # fmt: skip
+    report = drawing.report(evidence, items)
     if verdict.mismatch is not None:
         # On top of every rendering of the report (report.md, report.html, the CLI line).
         report = dataclasses.replace(report, summary=f"{_failed_banner(verdict)} {report.summary}")
-    logger.info(
-        "selection, decoding and report (%s): %.1f s",
-        "selection in threads"
-        if parallel and config.workers <= schedule.SELECT_THREADS
-        else f"selection in {config.workers} worker processes"
-        if parallel
-        else "in this process",
-        time.perf_counter() - passed,
-    )
+    where = "in this process"
+    if parallel:
+        where = (
+            "selection in threads"
+            if config.workers <= schedule.SELECT_THREADS
+            else f"selection in {config.workers} worker processes"
+        )
+    logger.info("selection, decoding and report (%s): %.1f s", where, time.perf_counter() - passed)
     manifest = build_manifest(
         config, tinfo, shards, part, quotas, selected_counts, items, warnings,
         data=data, ignored=found.ignored, verdict=verdict, profile=profile,
     )  # fmt: skip
-    return Suite(items, manifest, report=report, tokenizer=tok, plots=plots)
+    return Suite(items, manifest, report=report, tokenizer=tok, plots=drawing.plots)
 
 
 @api_spelling
@@ -520,6 +458,27 @@ def _loaded_checks(
     return tok, tinfo, checks, False
 
 
+def _said_after_pass(
+    spill: WindowStore, quotas: Mapping[str, Quota], warn: Callable[[str], None]
+) -> None:
+    """What the pass leaves to say: where the pools' feature windows are (logged), and the
+    sources with fewer unique prompts than their quota (warned)."""
+    if spill.spilled or spill.kept:
+        logger.info(
+            "the pools' feature windows: %d written to a temporary file (%.1f MB), %d kept "
+            "in memory",
+            spill.spilled,
+            spill.size / 1e6,
+            spill.kept,
+        )
+    for q in quotas.values():
+        if q.shortfall > 0:
+            warn(
+                f"source {q.source!r}: quota {q.target} but only {q.granted} unique "
+                f"prompts; it gives all it has ({q.shortfall} short)"
+            )
+
+
 def _accepted_verdict(
     run: _Pass,
     config: Config,
@@ -626,18 +585,6 @@ def _judged(run: _Pass, config: Config, round_trip_sample: int = ROUND_TRIP_SAMP
         round_trip_sample=round_trip_sample,
     )
     return dataclasses.replace(run, verdict=verdict, round_trips=round_trips)
-
-
-def _with_items(prebuilt: Sequence[Report], items: Sequence[SuiteItem]) -> Report | None:
-    """The report built before decoding, completed with the items (None when there is none,
-    or when decoding left a source with another number of items than were selected)."""
-    if not prebuilt:
-        return None
-    try:
-        return with_items(prebuilt[-1], items)
-    except ValueError:
-        logger.debug("the items differ from the selection's counts: report built from them")
-        return None
 
 
 def _failed_banner(verdict: TokenizerFigures) -> str:
