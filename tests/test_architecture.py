@@ -153,7 +153,7 @@ MAX_FUNCTION_LINES = 100
 #: What is over the limits today, with its size: an entry may shrink (then lower it) and must
 #: go once it is within the limit; nothing may grow past its size, and nothing may join.
 OVER_FILES: dict[str, int] = {
-    "read/scan.py": 1534,
+    "read/scan.py": 1082,
 }
 OVER_FUNCTIONS: dict[str, int] = {
     "pipeline/__init__.py:build_suite": 136,

@@ -361,7 +361,8 @@ def test_read_back_gives_the_full_parse_values(tmp_path: Path) -> None:
     full parser, and rows with nothing trained after the prompt; a row that is no longer the
     one the pass read is refused with the shard:line and the offset."""
     from distprompt.errors import InputError
-    from distprompt.read.scan import _compact, load_candidates
+    from distprompt.read.pools import compact_ids as _compact
+    from distprompt.read.scan import load_candidates
 
     rows = [random_row(3000 + 7 * i, 40 + 300 * i, seed=i) for i in range(6)]
     rows += [random_row(30 + i, 10 + i, seed=50 + i) for i in range(4)]
