@@ -33,7 +33,8 @@ from typing import Any
 
 import orjson
 
-from distprompt.benchmark.run import BenchResults, check_results_dir, reply_kind, source_shares
+from distprompt.benchmark.results import BenchResults, check_results_dir
+from distprompt.benchmark.traffic import reply_kind, source_shares
 from distprompt.errors import InputError, api_spelling
 from distprompt.records import SuiteItem
 from distprompt.write.formats import last_user_text, text_of
