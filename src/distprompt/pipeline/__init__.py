@@ -35,6 +35,7 @@ from distprompt.read.scan import (
 )
 from distprompt.read.shards import ShardSet, find_shards
 from distprompt.read.spill import WindowStore
+from distprompt.records import Shard, SuiteItem
 from distprompt.recover.ambiguity import settle_system_prompts
 from distprompt.recover.checks import (
     ROUND_TRIP_SAMPLE,
@@ -48,6 +49,7 @@ from distprompt.recover.checks import (
 )
 from distprompt.recover.decode import TokenizerInfo, load_tokenizer
 from distprompt.recover.light import BackgroundLoad, light_checks
+from distprompt.write.metrics import SourceEvidence
 from distprompt.write.out_dir import check_out_dir
 from distprompt.write.suite import Suite
 
@@ -131,7 +133,7 @@ def build_suite(
         # Either way the plots are drawn in two fresh processes while the last items are
         # decoded and the other files written.
         sel = schedule.start_selection(part, config, stack, early_sel, shards)
-        big, early, kept, submitted = sel.big, sel.quotas, sel.kept, sel.submitted
+        early = sel.quotas
         parallel = early is not None
         run = _judged(run, config)
         verdict = _accepted_verdict(run, config, _warn, data)
@@ -142,52 +144,16 @@ def build_suite(
         _said_after_pass(spill, quotas, _warn)
 
         profile = _turn_profile(early_sel, tok, tinfo, config, _warn)
-        meta = {"method": config.method, "seed": config.seed}
-        drawing = plots_mod.ReportDrawing(
-            stats=part.stats,
-            quotas=quotas,
-            meta=meta,
-            max_output_tokens=config.max_output_tokens,
-            big=big,
-        )
-        try:
-            ready = early_sel.decoded(kept) if early_sel is not None else None
-            selected_counts, items, evidence = schedule.select_and_decode(
-                part,
-                quotas,
-                config,
-                shards,
-                tok=tok,
-                profile=profile,
-                warn=_warn,
-                submitted=submitted,
-                on_selected=drawing.draw,
-                decoded=ready,
-            )
-            # A system prompt the template wrote into a user turn is read out of it only
-            # with evidence from the source's items (recover/ambiguity.py).
-            items = settle_system_prompts(items, tok, profile)
-            if ready is not None and kept:
-                logger.info(
-                    "decoded during the pass: %d of the %d sources selected then",
-                    sum(ready(s) is not None for s in kept.values()),
-                    len(kept),
-                )
-        except BaseException:
-            drawing.stop()
-            raise
+        drawing, selected_counts, items, evidence = _selected_items(
+            part, quotas, config, shards, tok=tok, profile=profile, warn=_warn,
+            started=sel, early_sel=early_sel,
+        )  # fmt: skip
     report = drawing.report(evidence, items)
     if verdict.mismatch is not None:
         # On top of every rendering of the report (report.md, report.html, the CLI line).
         report = dataclasses.replace(report, summary=f"{_failed_banner(verdict)} {report.summary}")
-    where = "in this process"
-    if parallel:
-        where = (
-            "selection in threads"
-            if config.workers <= schedule.SELECT_THREADS
-            else f"selection in {config.workers} worker processes"
-        )
-    logger.info("selection, decoding and report (%s): %.1f s", where, time.perf_counter() - passed)
+    where, took = _where_selected(config, parallel), time.perf_counter() - passed
+    logger.info("selection, decoding and report (%s): %.1f s", where, took)
     manifest = build_manifest(
         config, tinfo, shards, part, quotas, selected_counts, items, warnings,
         data=data, ignored=found.ignored, verdict=verdict, profile=profile,
@@ -429,6 +395,72 @@ def _run_pass(
     settle_rows(part)
     run = _Pass(tok, tinfo, found, part, None, {}, checks)
     return _judged(run, config, round_trip_sample) if judge else run
+
+
+def _selected_items(
+    part: Partial,
+    quotas: dict[str, Quota],
+    config: Config,
+    shards: Sequence[Shard],
+    *,
+    tok: Any,
+    profile: Any,
+    warn: Callable[[str], None],
+    started: schedule.Started,
+    early_sel: schedule.EarlySelection | None,
+) -> tuple[
+    plots_mod.ReportDrawing, dict[str, int], list[SuiteItem], dict[str, SourceEvidence | None]
+]:
+    """Every source selected, read back and decoded (:func:`schedule.select_and_decode`), with
+    the system prompts a template wrote into user turns settled; the plots are drawn as soon
+    as every source is selected (stopped on an error).
+
+    Returns:
+        The report's drawing, items selected per source, the items, the report's evidence.
+    """
+    drawing = plots_mod.ReportDrawing(
+        stats=part.stats,
+        quotas=quotas,
+        meta={"method": config.method, "seed": config.seed},
+        max_output_tokens=config.max_output_tokens,
+        big=started.big,
+    )
+    try:
+        ready = early_sel.decoded(started.kept) if early_sel is not None else None
+        selected_counts, items, evidence = schedule.select_and_decode(
+            part,
+            quotas,
+            config,
+            shards,
+            tok=tok,
+            profile=profile,
+            warn=warn,
+            submitted=started.submitted,
+            on_selected=drawing.draw,
+            decoded=ready,
+        )
+        # A system prompt the template wrote into a user turn is read out of it only
+        # with evidence from the source's items (recover/ambiguity.py).
+        items = settle_system_prompts(items, tok, profile)
+        if ready is not None and started.kept:
+            logger.info(
+                "decoded during the pass: %d of the %d sources selected then",
+                sum(ready(s) is not None for s in started.kept.values()),
+                len(started.kept),
+            )
+    except BaseException:
+        drawing.stop()
+        raise
+    return drawing, selected_counts, items, evidence
+
+
+def _where_selected(config: Config, parallel: bool) -> str:
+    """Where the sources were selected, for the log."""
+    if not parallel:
+        return "in this process"
+    if config.workers <= schedule.SELECT_THREADS:
+        return "selection in threads"
+    return f"selection in {config.workers} worker processes"
 
 
 def _loaded_checks(
