@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import distprompt
 from distprompt import errors
+
+from factories import make_corpus
 
 
 def test_all_is_complete_and_importable() -> None:
@@ -37,3 +42,23 @@ def test_import_is_light() -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "[]"
+
+
+def test_inspect_imports_only_what_it_needs(
+    qwen_tokenizer: Any, qwen_dir: Path, tmp_path: Path
+) -> None:
+    """``inspect`` checks the tokenizer (transformers, for its chat template) but selects,
+    plots and tabulates nothing: no scikit-learn, scipy, matplotlib, pandas or polars."""
+    prepared = make_corpus(tmp_path, qwen_tokenizer, {"chat": 12, "code": 8})
+    code = (
+        "import sys\n"
+        "from distprompt import inspect_corpus\n"
+        f"inspect_corpus({str(prepared)!r}, tokenizer={str(qwen_dir)!r})\n"
+        "heavy = ('sklearn', 'scipy', 'matplotlib', 'pandas', 'polars', 'transformers')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert r.stdout.strip().splitlines()[-1] == "['transformers']"
