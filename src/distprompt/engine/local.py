@@ -75,8 +75,8 @@ def run_order(tasks: Sequence[Task], workers: int) -> list[int]:
     than ``1 / (2 * workers)`` of the bytes (a large compressed shard: it cannot be split)
     starts first, lest it run alone at the end.
 
-    The tasks of a group stay together and in order, so that a group is merged as soon as its
-    last task is done.
+    The other tasks of a group stay together and in order, so that a group is merged as soon as
+    its last task is done.
     """
     total = sum(t.size for t in tasks) or 1
     first: dict[str, int] = {}
