@@ -305,7 +305,7 @@ def _unit(name: str, size: int, start: int = 0, end: int | None = None) -> Any:
 
 
 def test_units_run_smallest_shard_first_and_an_unsplit_large_unit_first_with_workers() -> None:
-    from distprompt.engine import run_order as _run_order
+    from distprompt.engine import run_order
 
     work = [
         _unit("a.jsonl", 300, 0, 100),
@@ -317,12 +317,12 @@ def test_units_run_smallest_shard_first_and_an_unsplit_large_unit_first_with_wor
     ]
     # One worker: by shard size, the units of a shard together and in their order, but the
     # smallest (c) just before the largest (b).
-    assert _run_order(work, 1) == [5, 0, 1, 2, 4, 3]
+    assert run_order(work, 1) == [5, 0, 1, 2, 4, 3]
     # Several: a unit of more than 1/(2 * workers) of the bytes first, lest it end the pass
     # alone; then the same order.
-    assert _run_order(work, 2) == [3, 5, 4, 0, 1, 2]
-    assert _run_order(work[:3] + work[4:], 2) == [4, 3, 0, 1, 2]  # no such unit
-    assert _run_order(work[4:], 1) == [0, 1]  # two shards: by size
+    assert run_order(work, 2) == [3, 5, 4, 0, 1, 2]
+    assert run_order(work[:3] + work[4:], 2) == [4, 3, 0, 1, 2]  # no such unit
+    assert run_order(work[4:], 1) == [0, 1]  # two shards: by size
 
 
 def test_shards_merged_as_they_finish_give_the_same_partial(
