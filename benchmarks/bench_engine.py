@@ -58,6 +58,7 @@ def make_corpus(dst: Path, copies: int, parts: int) -> tuple[int, int]:
 
 
 def child(config: str, data: str, k: int) -> None:
+    from distprompt.engine import Schedule
     from distprompt.read.scan import scan
     from distprompt.read.shards import discover_shards
 
@@ -78,7 +79,7 @@ def child(config: str, data: str, k: int) -> None:
     shards = discover_shards(data)
     cpu0 = time.process_time()
     t = time.perf_counter()
-    part = scan(shards, max_candidates=k, workers=int(workers), engine=engine)
+    part = scan(shards, max_candidates=k, schedule=Schedule(workers=int(workers), engine=engine))
     seconds = time.perf_counter() - t
     driver_cpu = time.process_time() - cpu0
     h = hashlib.sha256()

@@ -55,8 +55,9 @@ def _label(size: int | None) -> str:
 
 def partials(data: str, size: int | None, k: int) -> tuple[list[Any], list[bytes]]:
     """The units of the corpus at ``size`` and their pickled results."""
-    from distprompt.read.scan import SAMPLE, scan_unit, units
+    from distprompt.read.scan import SAMPLE, scan_unit
     from distprompt.read.shards import discover_shards
+    from distprompt.read.units import units
 
     work = units(discover_shards(data), unit_bytes=size)
     blobs = [pickle.dumps(scan_unit(u, max_candidates=k, sample=SAMPLE)) for u in work]
@@ -111,6 +112,7 @@ def ray_child(data: str, size: int | None, k: int) -> None:
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # listen on 127.0.0.1
     import ray
 
+    from distprompt.engine import Schedule
     from distprompt.read.scan import SAMPLE, scan
     from distprompt.read.shards import discover_shards
     from distprompt.read.spill import WindowStore
@@ -123,8 +125,7 @@ def ray_child(data: str, size: int | None, k: int) -> None:
         scan(
             shards,
             max_candidates=k,
-            engine="ray",
-            unit_bytes=size if size is not None else 1 << 40,
+            schedule=Schedule(engine="ray", unit_bytes=size if size is not None else 1 << 40),
             sample=SAMPLE,
             spill=WindowStore(tmp),
         )

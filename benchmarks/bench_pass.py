@@ -61,10 +61,11 @@ def baseline(data: str, k: int) -> None:
 
 
 def distprompt_pass(data: str, k: int, workers: int) -> None:
+    from distprompt.engine import Schedule
     from distprompt.read.scan import scan
     from distprompt.read.shards import discover_shards
 
-    scan(discover_shards(data), max_candidates=k, workers=workers)
+    scan(discover_shards(data), max_candidates=k, schedule=Schedule(workers=workers))
 
 
 def child(which: str, data: str, k: int, workers: int) -> None:

@@ -141,6 +141,26 @@ def test_stages_do_not_import_the_wiring(stage: str) -> None:
     assert not bad
 
 
+def _in_engine(module: str) -> bool:
+    return module == "distprompt.engine" or module.startswith("distprompt.engine.")
+
+
+def test_the_engine_knows_no_stage() -> None:
+    """The engine (where work runs: ``engine/``) is the layer just above ``config`` and
+    ``errors``: it is handed tasks and plain functions and imports no stage, record or wiring;
+    the stages and the wiring import it."""
+    base = {"distprompt.config", "distprompt.errors", "distprompt._heap"}
+    bad = {
+        (m, n)
+        for m, deps in GRAPH.items()
+        if _in_engine(m)
+        for n in deps
+        if not (_in_engine(n) or n in base)
+    }
+    assert not bad
+    assert "distprompt.engine" in GRAPH["distprompt.read.scan"]
+
+
 def test_cli_imports_only_the_front_door() -> None:
     allowed = {"distprompt", "distprompt._version", "distprompt.config", "distprompt.errors"}
     assert GRAPH["distprompt.cli"] <= allowed, GRAPH["distprompt.cli"] - allowed
@@ -150,14 +170,10 @@ def test_cli_imports_only_the_front_door() -> None:
 
 MAX_FILE_LINES = 700
 MAX_FUNCTION_LINES = 100
-#: What is over the limits today, with its size: an entry may shrink (then lower it) and must
-#: go once it is within the limit; nothing may grow past its size, and nothing may join.
-OVER_FILES: dict[str, int] = {
-    "read/scan.py": 1082,
-}
-OVER_FUNCTIONS: dict[str, int] = {
-    "read/scan.py:scan": 181,
-}
+#: What is over the limits, with its size (nothing since the engine package and the split of
+#: build_suite): an entry may only shrink and must go once within the limit; nothing may join.
+OVER_FILES: dict[str, int] = {}
+OVER_FUNCTIONS: dict[str, int] = {}
 
 
 def _sizes(root: Path = PKG) -> tuple[dict[str, int], dict[str, int]]:

@@ -15,6 +15,7 @@ import pytest
 
 from distprompt import build_suite, inspect_corpus
 from distprompt.cli import main
+from distprompt.engine import Schedule
 from distprompt.errors import ConfigError, DataError, InputError
 from distprompt.read.scan import SAMPLE, Partial, sampled_prompts, scan
 from distprompt.read.shards import discover_shards, iter_lines
@@ -123,7 +124,7 @@ def test_first_bad_row_in_shard_order_is_the_error_on_ray(
     with pytest.raises(DataError) as local:
         scan(shards, max_candidates=5)
     with pytest.raises(DataError) as on_ray:
-        scan(shards, max_candidates=5, engine="ray")
+        scan(shards, max_candidates=5, schedule=Schedule(engine="ray"))
     assert str(on_ray.value) == str(local.value)
     assert on_ray.value.shard == "s1.jsonl"
 
@@ -170,7 +171,9 @@ def test_a_killed_worker_is_retried_and_the_result_is_the_same(
     marker = tmp_path / "killed"
     local = scan(shards, max_candidates=12, on_error="skip")
     killer = KillWorker(shard="code/part1.jsonl.gz", line=5, marker=str(marker))
-    on_ray = scan(shards, max_candidates=12, on_error="skip", engine="ray", check=killer)
+    on_ray = scan(
+        shards, max_candidates=12, on_error="skip", schedule=Schedule(engine="ray"), check=killer
+    )
     assert marker.exists()  # the worker reading code/part1 was killed mid-shard
     _same(local, on_ray)
     assert on_ray.failed == {}
@@ -183,11 +186,15 @@ def test_a_shard_that_keeps_failing_follows_on_error(
     killer = KillWorker(shard="tool/part2.jsonl.zst", line=2)
     good = [s for s in shards if s.name != "chat/part0.jsonl"]  # the shard with a bad row
     with pytest.raises(InputError) as ei:
-        scan(good, max_candidates=12, engine="ray", check=killer, on_error="raise")
+        scan(
+            good, max_candidates=12, schedule=Schedule(engine="ray"), check=killer, on_error="raise"
+        )
     msg = str(ei.value)
     assert msg.startswith("tool/part2.jsonl.zst: expected the shard's Ray task to finish")
     assert "failed 4 times" in msg and "--on-error skip" in msg
-    part = scan(shards, max_candidates=12, engine="ray", check=killer, on_error="skip")
+    part = scan(
+        shards, max_candidates=12, schedule=Schedule(engine="ray"), check=killer, on_error="skip"
+    )
     assert list(part.failed) == ["tool/part2.jsonl.zst"]
     assert "failed 4 times" in part.failed["tool/part2.jsonl.zst"]
     # Every other shard is in the result, as a local pass over them gives it.
@@ -221,14 +228,16 @@ def test_url_shards_are_read_by_the_workers(ray_cluster: None, multi_shard: Path
     local = scan(discover_shards(multi_shard), max_candidates=12, on_error="skip")
     urls = discover_shards(multi_shard.as_uri())
     assert all(s.url for s in urls)
-    _same(local, scan(urls, max_candidates=12, on_error="skip", engine="ray"))
+    _same(local, scan(urls, max_candidates=12, on_error="skip", schedule=Schedule(engine="ray")))
 
 
 def test_byte_ranges_of_a_shard_on_ray_match_local(ray_cluster: None, multi_shard: Path) -> None:
     shards = discover_shards(multi_shard)
     local = scan(shards, max_candidates=12, on_error="skip")
     # Ranges of 4 KiB: the plain shards (one with a bad row and a blank line) become many units.
-    on_ray = scan(shards, max_candidates=12, on_error="skip", engine="ray", unit_bytes=4096)
+    on_ray = scan(
+        shards, max_candidates=12, on_error="skip", schedule=Schedule(engine="ray", unit_bytes=4096)
+    )
     _same(local, on_ray)
     assert on_ray.tally.first_skip == {"missing_loss_mask": "chat/part0.jsonl:5"}
 
@@ -240,7 +249,12 @@ def test_the_prompts_held_for_the_round_trip_travel_from_ray(
     trip's sample is the local one and no row is read back for it."""
     shards = discover_shards(multi_shard)
     local = scan(shards, max_candidates=100, on_error="skip")
-    on_ray = scan(shards, max_candidates=100, on_error="skip", engine="ray", unit_bytes=4096)
+    on_ray = scan(
+        shards,
+        max_candidates=100,
+        on_error="skip",
+        schedule=Schedule(engine="ray", unit_bytes=4096),
+    )
     assert len(local.pools["chat"]) > SAMPLE
     for src, pool in local.pools.items():
         want, read_back = sampled_prompts(pool, SAMPLE, shards)
@@ -263,8 +277,7 @@ def test_a_failing_byte_range_leaves_out_its_rows_only(
         [shard],
         max_candidates=1000,
         on_error="skip",
-        engine="ray",
-        unit_bytes=4096,
+        schedule=Schedule(engine="ray", unit_bytes=4096),
         check=killer,
     )
     [(name, why)] = part.failed.items()
@@ -294,7 +307,7 @@ def test_the_row_contract_and_held_rows_on_ray_match_local(
     shards = discover_shards(data)
     kw = scan_options(qwen_tokenizer)
     local = scan(shards, **kw)
-    on_ray = scan(shards, engine="ray", unit_bytes=2048, **kw)
+    on_ray = scan(shards, schedule=Schedule(engine="ray", unit_bytes=2048), **kw)
     assert partial_view(on_ray) == partial_view(local)
     for part in (local, on_ray):
         settle_rows(part)
@@ -303,7 +316,7 @@ def test_the_row_contract_and_held_rows_on_ray_match_local(
 
 
 def test_ray_map_keeps_the_order_and_reports_each_task(ray_cluster: None) -> None:
-    from distprompt.read.engine import ray_map
+    from distprompt.engine import ray_map
 
     def negate(x: int) -> int:
         return -x
@@ -320,7 +333,7 @@ def test_ray_map_runs_a_window_ahead_of_the_consumer(ray_cluster: None, tmp_path
     however many tasks the pass has."""
     import time
 
-    from distprompt.read.engine import ray_map
+    from distprompt.engine import ray_map
 
     started = tmp_path / "started"
     started.mkdir()

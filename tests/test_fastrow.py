@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from distprompt.engine import Schedule
 from distprompt.errors import DataError
 from distprompt.read import fastrow
 from distprompt.read.fastrow import FullView, read_row
@@ -293,12 +294,12 @@ def test_units_merge_exactly(case: tuple[bytes, str, bytes | None, int], unit: i
         shard = Shard(path=path, name="a.jsonl", size=path.stat().st_size)
         kw: dict[str, Any] = {"max_candidates": k, "on_error": "skip", "vocab_size": 1450}
         whole = scan([shard], **kw)
-        split = scan([shard], unit_bytes=unit, **kw)
+        split = scan([shard], schedule=Schedule(unit_bytes=unit), **kw)
         assert _partial_view(split) == _partial_view(whole)
         errors = []
         for ub in (None, unit):
             try:
-                scan([shard], max_candidates=k, vocab_size=1450, unit_bytes=ub)
+                scan([shard], max_candidates=k, vocab_size=1450, schedule=Schedule(unit_bytes=ub))
                 errors.append(None)
             except Exception as exc:  # the same error, with the same line, either way
                 errors.append((type(exc).__name__, str(exc)))
@@ -315,8 +316,10 @@ def test_workers_give_identical_results(tmp_path: Path) -> None:
     shards_ = discover_shards(tmp_path)
     kw: dict[str, Any] = {"max_candidates": 50, "on_error": "skip", "vocab_size": 151000}
     one = _partial_view(scan(shards_, **kw))
-    assert _partial_view(scan(shards_, workers=2, unit_bytes=4096, **kw)) == one
-    assert _partial_view(scan(shards_, workers=2, unit_bytes=1 << 20, **kw)) == one
+    assert _partial_view(scan(shards_, schedule=Schedule(workers=2, unit_bytes=4096), **kw)) == one
+    assert (
+        _partial_view(scan(shards_, schedule=Schedule(workers=2, unit_bytes=1 << 20), **kw)) == one
+    )
     assert one[4]["invalid_json"] == "a.jsonl:" + str(1 + 123 + 3)
 
 

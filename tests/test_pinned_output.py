@@ -110,10 +110,10 @@ def test_export_bytes_pinned(
     how: str,
 ) -> None:
     from distprompt import pipeline
-    from distprompt.read import scan as sample
+    from distprompt.engine import schedule
 
     if how in ("w2-ranges", "w2-overlap"):
-        monkeypatch.setattr(sample, "UNIT_BYTES", 150_000)  # every shard in several ranges
+        monkeypatch.setattr(schedule, "UNIT_BYTES", 150_000)  # every shard in several ranges
     if how in ("overlap", "w2-overlap"):
         # the pass in worker processes while this one warms its imports, the pools' windows
         # in a temporary file (read back at selection), the sources selected in threads

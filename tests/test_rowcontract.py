@@ -288,6 +288,7 @@ def partial_view(part: Any) -> Any:
 def test_every_way_of_running_the_pass_gives_the_same_verdicts(
     tmp_path: Path, qwen_tokenizer: Any
 ) -> None:
+    from distprompt.engine import Schedule
     from distprompt.read.scan import scan
     from distprompt.read.shards import discover_shards
     from distprompt.recover.checks import settle_rows
@@ -297,8 +298,10 @@ def test_every_way_of_running_the_pass_gives_the_same_verdicts(
     kw = scan_options(qwen_tokenizer)
     parts = [
         scan(shards, **kw),
-        scan(shards, workers=2, **kw),
-        scan(shards, workers=2, unit_bytes=2048, **kw),  # the plain shard in byte ranges
+        scan(shards, schedule=Schedule(workers=2), **kw),
+        scan(
+            shards, schedule=Schedule(workers=2, unit_bytes=2048), **kw
+        ),  # the plain shard in byte ranges
         scan(discover_shards(data.as_uri()), **kw),  # as URLs, read through fsspec
     ]
     views = [partial_view(p) for p in parts]

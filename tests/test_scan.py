@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from distprompt.engine import Schedule
 from distprompt.read.scan import (
     SAMPLE,
     BottomK,
@@ -84,7 +85,7 @@ def test_scan_independent_of_shard_order_and_workers(tmp_path: Path, qwen_tokeni
     shards = discover_shards(tmp_path)
     one = scan(shards, max_candidates=15)
     rev = scan(list(reversed(shards)), max_candidates=15)
-    par = scan(shards, max_candidates=15, workers=2)
+    par = scan(shards, max_candidates=15, schedule=Schedule(workers=2))
     assert _pools(one) == _pools(rev) == _pools(par)
     st_ = one.stats["chat"]
     assert st_.rows == 25 + 5 + 20 + 3
@@ -127,10 +128,12 @@ def _variants(shards: list[Any], **kw: Any) -> dict[str, Partial]:
     return {
         "one worker": scan(shards, max_candidates=100, **kw),
         "reversed": scan(list(reversed(shards)), max_candidates=100, **kw),
-        "two workers": scan(shards, max_candidates=100, workers=2, **kw),
-        "byte ranges": scan(shards, max_candidates=100, workers=2, unit_bytes=4096, **kw),
+        "two workers": scan(shards, max_candidates=100, schedule=Schedule(workers=2), **kw),
+        "byte ranges": scan(
+            shards, max_candidates=100, schedule=Schedule(workers=2, unit_bytes=4096), **kw
+        ),
         "byte ranges, one process": scan(
-            shards, max_candidates=100, unit_bytes=4096, processes=False, **kw
+            shards, max_candidates=100, schedule=Schedule(unit_bytes=4096, processes=False), **kw
         ),
     }
 
@@ -162,7 +165,7 @@ def test_the_pass_holds_the_pools_first_prompts(sampled_corpus: Path) -> None:
 def test_a_pool_smaller_than_the_sample_is_held_whole(sampled_corpus: Path) -> None:
     shards = discover_shards(sampled_corpus)
     for workers in (1, 2):
-        part = scan(shards, max_candidates=30, workers=workers, unit_bytes=4096)
+        part = scan(shards, max_candidates=30, schedule=Schedule(workers=workers, unit_bytes=4096))
         pool = part.pools["chat"]
         assert pool.sample is not None and pool.sample.k == 30
         got, read_back = sampled_prompts(pool, SAMPLE, shards)
@@ -294,14 +297,15 @@ def _everything(part: Partial) -> tuple[Any, ...]:
 
 
 def _unit(name: str, size: int, start: int = 0, end: int | None = None) -> Any:
-    from distprompt.read.scan import Unit
+    """The engine's view of a unit: a shard's units are one group."""
+    from distprompt.read.units import Unit
     from distprompt.records import Shard
 
-    return Unit(Shard(Path(name), name, size), start, end)
+    return Unit(Shard(Path(name), name, size), start, end).task
 
 
 def test_units_run_smallest_shard_first_and_an_unsplit_large_unit_first_with_workers() -> None:
-    from distprompt.read.scan import _run_order
+    from distprompt.engine import run_order
 
     work = [
         _unit("a.jsonl", 300, 0, 100),
@@ -313,12 +317,12 @@ def test_units_run_smallest_shard_first_and_an_unsplit_large_unit_first_with_wor
     ]
     # One worker: by shard size, the units of a shard together and in their order, but the
     # smallest (c) just before the largest (b).
-    assert _run_order(work, 1) == [5, 0, 1, 2, 4, 3]
+    assert run_order(work, 1) == [5, 0, 1, 2, 4, 3]
     # Several: a unit of more than 1/(2 * workers) of the bytes first, lest it end the pass
     # alone; then the same order.
-    assert _run_order(work, 2) == [3, 5, 4, 0, 1, 2]
-    assert _run_order(work[:3] + work[4:], 2) == [4, 3, 0, 1, 2]  # no such unit
-    assert _run_order(work[4:], 1) == [0, 1]  # two shards: by size
+    assert run_order(work, 2) == [3, 5, 4, 0, 1, 2]
+    assert run_order(work[:3] + work[4:], 2) == [4, 3, 0, 1, 2]  # no such unit
+    assert run_order(work[4:], 1) == [0, 1]  # two shards: by size
 
 
 def test_shards_merged_as_they_finish_give_the_same_partial(
@@ -339,13 +343,19 @@ def test_shards_merged_as_they_finish_give_the_same_partial(
     def on_shard(part: Partial) -> None:
         seen.append(sum(st.rows for st in part.stats.values()))
 
-    plain = scan(shards, max_candidates=20, processes=False)
+    plain = scan(shards, max_candidates=20, schedule=Schedule(processes=False))
     variants = {
-        "one worker process": scan(shards, max_candidates=20, processes=True, on_shard=on_shard),
-        "two workers": scan(shards, max_candidates=20, workers=2),
-        "byte ranges": scan(shards, max_candidates=20, workers=2, unit_bytes=2048),
+        "one worker process": scan(
+            shards, max_candidates=20, schedule=Schedule(processes=True), on_shard=on_shard
+        ),
+        "two workers": scan(shards, max_candidates=20, schedule=Schedule(workers=2)),
+        "byte ranges": scan(
+            shards, max_candidates=20, schedule=Schedule(workers=2, unit_bytes=2048)
+        ),
         "byte ranges, one process": scan(
-            shards, max_candidates=20, processes=True, unit_bytes=2048
+            shards,
+            max_candidates=20,
+            schedule=Schedule(processes=True, unit_bytes=2048),
         ),
     }
     for name, part in variants.items():
@@ -354,7 +364,9 @@ def test_shards_merged_as_they_finish_give_the_same_partial(
     assert [b - a for a, b in zip([0, *seen], seen, strict=False)][-1] == 74
     assert sorted(b - a for a, b in zip([0, *seen], seen, strict=False)) == [5, 27, 74]
     seen.clear()
-    scan(shards, max_candidates=20, processes=False, on_shard=on_shard)  # in shard order
+    scan(
+        shards, max_candidates=20, schedule=Schedule(processes=False), on_shard=on_shard
+    )  # in shard order
     assert seen == [74, 74 + 27, 74 + 27 + 5]
 
 
@@ -370,12 +382,21 @@ def test_the_first_error_in_shard_order_is_raised_though_a_later_shard_fails_fir
     write_shard(tmp_path / "b.jsonl", [*rows[70:72], bad])  # small: read (and fails) first
     shards = discover_shards(tmp_path)
     with pytest.raises(DataError) as raised:
-        scan(shards, max_candidates=20, workers=workers, processes=True)
+        scan(shards, max_candidates=20, schedule=Schedule(workers=workers, processes=True))
     assert (raised.value.shard, raised.value.line) == ("a.jsonl", 71)
     with pytest.raises(DataError) as ranges:
-        scan(shards, max_candidates=20, workers=workers, processes=True, unit_bytes=4096)
+        scan(
+            shards,
+            max_candidates=20,
+            schedule=Schedule(workers=workers, processes=True, unit_bytes=4096),
+        )
     assert (ranges.value.shard, ranges.value.line) == ("a.jsonl", 71)
-    skipped = scan(shards, max_candidates=20, workers=workers, processes=True, on_error="skip")
+    skipped = scan(
+        shards,
+        max_candidates=20,
+        schedule=Schedule(workers=workers, processes=True),
+        on_error="skip",
+    )
     assert skipped.tally.first_skip == {"missing_loss_mask": "a.jsonl:71"}
     assert sum(skipped.tally.skipped.values()) == 2
 
@@ -477,10 +498,12 @@ def test_the_reference_sample_does_not_depend_on_the_split(
     # every row measured as it comes (no waiting until the unit ends), so that the counts
     # below compare what the split leaves out
     monkeypatch.setattr(scan_module, "PENDING_TOKENS", 0)
-    whole = scan(shards, max_candidates=4 * REPLY_SAMPLE, workers=1)
+    whole = scan(shards, max_candidates=4 * REPLY_SAMPLE, schedule=Schedule(workers=1))
     assert scan_module.ref_size(scan_module.Unit(shards[0], 0, 4096)) < REPLY_SAMPLE
     monkeypatch.setattr(scan_module, "ref_size", lambda unit: 4)
-    split = scan(shards, max_candidates=4 * REPLY_SAMPLE, workers=1, unit_bytes=4096)
+    split = scan(
+        shards, max_candidates=4 * REPLY_SAMPLE, schedule=Schedule(workers=1, unit_bytes=4096)
+    )
     a, b = whole.pools["s"].candidates(), split.pools["s"].candidates()
     assert [c.key for c in a] == [c.key for c in b]
     ref = slice(0, REPLY_SAMPLE)  # candidates() are in key order
@@ -519,11 +542,19 @@ def test_replies_measured_when_the_unit_ends_are_the_ones_measured_as_rows_come(
 
     monkeypatch.setattr(scan_module, "reply_features", counted)
     monkeypatch.setattr(scan_module, "PENDING_TOKENS", 0)
-    eager = scan(shards, max_candidates=4 * REPLY_SAMPLE, workers=1).pools["s"].candidates()
+    eager = (
+        scan(shards, max_candidates=4 * REPLY_SAMPLE, schedule=Schedule(workers=1))
+        .pools["s"]
+        .candidates()
+    )
     n_eager = len(calls)
     calls.clear()
     monkeypatch.setattr(scan_module, "PENDING_TOKENS", budget)
-    late = scan(shards, max_candidates=4 * REPLY_SAMPLE, workers=1).pools["s"].candidates()
+    late = (
+        scan(shards, max_candidates=4 * REPLY_SAMPLE, schedule=Schedule(workers=1))
+        .pools["s"]
+        .candidates()
+    )
     assert [c.key for c in eager] == [c.key for c in late]
     for a, b in zip(eager[:REPLY_SAMPLE], late[:REPLY_SAMPLE], strict=True):
         assert a.reply is not None and b.reply is not None

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from distprompt.choose.vectorize import budget_width, head_tail, vectorize
+from distprompt.engine import Schedule
 from distprompt.read.scan import BottomK, Partial, scan
 from distprompt.read.shards import discover_shards
 from distprompt.read.spill import SpilledWindow, WindowStore
@@ -117,22 +118,22 @@ def _held(part: Partial) -> dict[str, list[tuple[Any, ...]]]:
 @pytest.mark.parametrize(
     "how",
     [
-        {"processes": True},
-        {"processes": True, "unit_bytes": 4096},
-        {"workers": 2},
-        {"workers": 2, "unit_bytes": 4096},
-        {"processes": False},
+        Schedule(processes=True),
+        Schedule(processes=True, unit_bytes=4096),
+        Schedule(workers=2),
+        Schedule(workers=2, unit_bytes=4096),
+        Schedule(processes=False),
     ],
     ids=["one process", "one process, ranges", "two workers", "two workers, ranges", "here"],
 )
 def test_a_pass_with_its_windows_in_a_file_holds_the_same_pools(
-    corpus: Path, how: dict[str, Any]
+    corpus: Path, how: Schedule
 ) -> None:
     shards = discover_shards(corpus)
     for k in (15, 500):  # pools that evict (windows left in the file) and pools that keep all
-        plain = scan(shards, max_candidates=k, **how)
+        plain = scan(shards, max_candidates=k, schedule=how)
         with WindowStore() as store:
-            spilled = scan(shards, max_candidates=k, spill=store, **how)
+            spilled = scan(shards, max_candidates=k, spill=store, schedule=how)
             assert _held(spilled) == _held(plain)
             cands = [c for pool in spilled.pools.values() for c in pool.candidates()]
             assert all(isinstance(c.window, SpilledWindow) for c in cands)
@@ -157,9 +158,11 @@ def test_a_pass_whose_windows_cannot_be_written_keeps_them_and_holds_the_same_po
     corpus: Path, tmp_path: Path
 ) -> None:
     shards = discover_shards(corpus)
-    plain = scan(shards, max_candidates=15, workers=2, unit_bytes=4096)
+    plain = scan(shards, max_candidates=15, schedule=Schedule(workers=2, unit_bytes=4096))
     store = WindowStore(tmp_path / "missing")
-    got = scan(shards, max_candidates=15, workers=2, unit_bytes=4096, spill=store)
+    got = scan(
+        shards, max_candidates=15, schedule=Schedule(workers=2, unit_bytes=4096), spill=store
+    )
     assert _held(got) == _held(plain)
     assert store.kept > 0 and store.spilled == 0
     assert all(isinstance(c.window, np.ndarray) for p in got.pools.values() for c in p.candidates())
@@ -192,7 +195,9 @@ def test_a_compacted_pool_gives_the_same_entries_and_changes_as_before(corpus: P
     shards = discover_shards(corpus)
     with WindowStore() as store:
         for k in (15, 500):
-            part = scan(shards, max_candidates=k, workers=2, unit_bytes=4096, spill=store)
+            part = scan(
+                shards, max_candidates=k, schedule=Schedule(workers=2, unit_bytes=4096), spill=store
+            )
             for pool in part.pools.values():
                 assert pool._frozen is not None  # compacted at the end of the pass
                 before = pool.candidates()

@@ -432,8 +432,10 @@ def test_suite_from_tables_has_the_jsonl_items(tmp_path: Path, qwen_dir: Path, h
 def test_row_ranges_give_the_whole_file_pass(tmp_path: Path) -> None:
     """A Parquet shard split into row ranges of whole row groups (as workers share a large
     one) gives the pass of the whole file: figures, pools, provenance, bad rows' lines."""
-    from distprompt.read.scan import Unit, scan, units
+    from distprompt.engine import Schedule
+    from distprompt.read.scan import scan
     from distprompt.read.table import split_table
+    from distprompt.read.units import Unit, units
 
     rows = [random_row(60, 20, seed=i, source=f"s{i % 2}") for i in range(300)]
     rows[250] = {**rows[250], "seq_len": 1}  # a bad row in a later range
@@ -452,10 +454,10 @@ def test_row_ranges_give_the_whole_file_pass(tmp_path: Path) -> None:
     kw: dict[str, Any] = {"max_candidates": 50, "on_error": "skip"}
     whole = view(scan([sh], **kw))
     assert whole[3] == {"seq_len_mismatch": "a.parquet:251"}
-    assert view(scan([sh], unit_bytes=4096, processes=False, **kw)) == whole
-    assert view(scan([sh], unit_bytes=4096, workers=2, **kw)) == whole
+    assert view(scan([sh], schedule=Schedule(unit_bytes=4096, processes=False), **kw)) == whole
+    assert view(scan([sh], schedule=Schedule(unit_bytes=4096, workers=2), **kw)) == whole
     with pytest.raises(DataError, match=r"^a.parquet:251: expected seq_len"):
-        scan([sh], max_candidates=50, unit_bytes=4096, processes=False)
+        scan([sh], max_candidates=50, schedule=Schedule(unit_bytes=4096, processes=False))
 
 
 def test_fsspec_urls(tmp_path: Path) -> None:

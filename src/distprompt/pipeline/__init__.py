@@ -23,6 +23,7 @@ from distprompt._heap import trim_heap
 from distprompt.choose.stratify import Quota
 from distprompt.config import Config, OnError, resolve
 from distprompt.corpus import CorpusInfo, corpus_info
+from distprompt.engine import Schedule
 from distprompt.errors import InputError, TokenizerError, api_spelling
 from distprompt.pipeline import plots as plots_mod
 from distprompt.pipeline import schedule
@@ -360,13 +361,10 @@ def _run_pass(
             on_error=on_error,
             vocab_size=checks.vocab_size if checks else None,
             tokenizer_name=name,
-            workers=config.workers,
+            schedule=Schedule.of(config, processes=big or None),
             progress=progress,
             check=checks.row_check if checks else None,
-            processes=big or None,
             on_started=on_started,
-            engine=config.engine,
-            ray_address=config.ray_address,
             # The round trip's prompts, held only when there is a tokenizer to check: each unit
             # of a split shard carries its own sample to the merge.
             sample=round_trip_sample if checks is not None else 0,

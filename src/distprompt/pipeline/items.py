@@ -96,7 +96,7 @@ def make_items(
         return make_batch(picks, shared)
     import contextlib
 
-    from distprompt.read.engine import UnitFailure, connect_ray, ray_map
+    from distprompt.engine import UnitFailure, connect_ray, ray_map
 
     ray = connect_ray(config.ray_address)
     n = max(1, min(len(picks), int(ray.cluster_resources().get("CPU", 1))))

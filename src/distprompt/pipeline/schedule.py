@@ -383,7 +383,7 @@ def forked_pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
     join_warm_imports()  # a fork while another thread imports can deadlock the child
     import gc
 
-    from distprompt.read.engine import process_pool
+    from distprompt.engine import process_pool
 
     trim_heap()
     gc.freeze()  # the workers are forked as the first tasks are submitted, in the body

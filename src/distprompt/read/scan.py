@@ -13,22 +13,23 @@ import contextlib
 import functools
 import heapq
 import logging
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from distprompt._heap import trim_heap
 from distprompt.config import OnError
-from distprompt.errors import CorruptStreamError, DataError, InputError, TokenizerError
+from distprompt.engine import DEFAULT_SCHEDULE, Schedule, run
+from distprompt.errors import CorruptStreamError, DataError, TokenizerError
 from distprompt.read.fastrow import RowView, read_row
+from distprompt.read.partial import REPLY_SAMPLE, Partial, normalize
 from distprompt.read.pools import BottomK, TopReplies, compact_ids, prompt_key
-from distprompt.read.shards import iter_rows, open_shard, rows_at, split_shard
+from distprompt.read.shards import iter_rows, rows_at
 from distprompt.read.spill import WindowStore
-from distprompt.read.table import is_table, split_table
-from distprompt.read.tally import Tally, rebase_where
+from distprompt.read.tally import Tally
+from distprompt.read.units import Unit, UnitOutcome, UnitResult, merge_units, units
 from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES
 from distprompt.records import (
     REPLY_PROMPT_TOKENS,
@@ -41,6 +42,7 @@ from distprompt.records import (
 )
 
 __all__ = [
+    "REPLY_SAMPLE",
     "BottomK",
     "Partial",
     "TopReplies",
@@ -56,162 +58,12 @@ logger = logging.getLogger("distprompt.read.scan")
 #: Prompts per source the pass holds with their ids by default: the round-trip sample of the
 #: tokenizer checks (:data:`distprompt.recover.checks.ROUND_TRIP_SAMPLE`).
 SAMPLE = 64
-#: Candidates whose prompt key is among a source's this many smallest (a uniform sample of its
-#: unique prompts) get their first reply's content measured in the pass (:func:`reply_features`):
-#: the reference that selection calibrates weights to and herds among. Measuring every candidate
-#: would cost ~45 us a short row, more than half of what reading it costs. Rows enter a unit's
-#: running bottom-m about ``m (1 + ln(rows / m))`` times; their replies wait until the unit
-#: ends (:data:`PENDING_TOKENS`), so only those still in it are measured (on the benchmark
-#: corpus: 1024 measure 12.7k replies, as many as 512 did measured as they came). The
-#: reference's own sampling error bounds how close calibrated estimates come on large
-#: sources: 1024 against 512 at 50 per source, 86 % of cells against 78 % on the JUDGE
-#: corpora; 256 was much worse (benchmarks/RESULTS.md, issue 26).
-REPLY_SAMPLE = 1024
 #: Rows with the longest first replies kept per source, whatever their key (:class:`TopReplies`).
 HEAVY = 128
 
 #: A shard's first rows all out of the vocabulary, this many (or every row of a shorter shard),
 #: name the tokenizer rather than a row when the run stops at a bad row (:func:`_wrong_tokenizer`).
 WRONG_TOKENIZER_ROWS = 32
-
-
-@dataclass(slots=True)
-class Partial:
-    """What a pass over some shards knows; merge partials with :meth:`merge`."""
-
-    k: int
-    stats: dict[str, SourceStats] = field(default_factory=dict)
-    pools: dict[str, BottomK] = field(default_factory=dict)
-    tally: Tally = field(default_factory=Tally)
-    shard_rows: dict[str, int] = field(default_factory=dict)
-    failed: dict[str, str] = field(default_factory=dict)  # shard -> why its task kept failing
-    sample: int = 0  # prompts held per source for the round-trip check (BottomK's ``sample``)
-    # Where the pools' windows go as partials are merged into this one (scan's ``spill``).
-    spill: WindowStore | None = None
-    heavy: dict[str, TopReplies] = field(default_factory=dict)
-    # per source, the REPLY_SAMPLE smallest keys seen by this unit's reader (negated: a max
-    # heap) and the same as a set; not merged (cleared before a unit's partial is returned)
-    ref: dict[str, tuple[list[int], set[int]]] = field(default_factory=dict)
-    ref_size: int = REPLY_SAMPLE  # the bottom-m kept by ``ref`` (smaller for a byte range)
-    # per source, the rows of ``ref`` whose reply is measured when the unit ends (prompt tail,
-    # reply), and their tokens in all; not merged (settled before a unit's partial is
-    # returned): most rows that enter a unit's running bottom-m leave it again
-    pending: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
-    pending_tokens: int = 0
-    # whether selection will need the longest replies and the reply sample (not ``inspect``)
-    replies: bool = True
-    # the shards of the pass, by name (the whole pass's partial only): selection reads back
-    # the reference rows a byte range did not measure (:func:`measure_reference`)
-    shards: dict[str, Shard] = field(default_factory=dict)
-    # The rows the per-row check (scan's ``check``) failed, read into a partial of their own
-    # until the tokenizer verdict says what they are: a wrong tokenizer's evidence, given back
-    # (:meth:`readmit`), or bad rows (:meth:`set_aside`).
-    held: Partial | None = None
-    settled: Literal["", "readmitted", "set_aside"] = ""  # once settled; ``held`` stays
-
-    def merge(self, other: Partial) -> Partial:
-        for src, st in other.stats.items():
-            self.stats.setdefault(src, SourceStats()).merge(st)
-        for src, pool in other.pools.items():
-            self.pools.setdefault(src, BottomK(self.k)).merge(pool, spill=self.spill)
-        for src, top in other.heavy.items():
-            self.heavy.setdefault(src, TopReplies(top.k)).merge(top)
-        self.tally.merge(other.tally)
-        for name, n in other.shard_rows.items():
-            self.shard_rows[name] = self.shard_rows.get(name, 0) + n
-        self.failed.update(other.failed)
-        if other.held is not None:
-            self.hold().merge(other.held)
-        return self
-
-    def hold(self) -> Partial:
-        """The partial of the rows set aside by the per-row check (made on first use)."""
-        if self.held is None:
-            self.held = Partial(k=self.k, tally=Tally(on_error="skip"), sample=self.sample)
-        return self.held
-
-    def readmit(self) -> None:
-        """The held rows are the corpus's (the tokenizer does not match it): merged in with
-        their flags, as if they had never been held (``held`` stays, as a record)."""
-        held = self.held
-        if held is None or self.settled:
-            return
-        self.settled = "readmitted"
-        counts = held.tally
-        # their flags only: they are rows of the corpus, not skipped ones
-        held.tally = Tally(anomalies=counts.anomalies, first_anomaly=counts.first_anomaly)
-        try:
-            self.merge(held)
-        finally:
-            held.tally = counts
-
-    def set_aside(self) -> None:
-        """The held rows are bad rows (the tokenizer matches the corpus): counted as skipped
-        under their first failed check (``held`` stays, as a record)."""
-        held = self.held
-        if held is None or self.settled:
-            return
-        self.settled = "set_aside"
-        t = held.tally
-        self.tally.merge(Tally(skipped=t.skipped.copy(), first_skip=dict(t.first_skip)))
-
-    def rebase(self, shard: str, base: int) -> None:
-        """Add ``base`` to every line number of ``shard`` held here (a unit's partial, whose
-        lines count from its start)."""
-        for pool in self.pools.values():
-            pool.rebase(shard, base)
-        for top in self.heavy.values():
-            top.rebase(shard, base)
-        self.tally.rebase(shard, base)
-        if self.held is not None:
-            self.held.rebase(shard, base)
-
-
-@dataclass(frozen=True, slots=True)
-class Unit:
-    """One piece of work of the pass: the lines of ``shard`` that start in ``[start, end)``.
-
-    A whole shard is ``Unit(shard)``; :func:`units` splits large plain shards into byte ranges
-    at line starts. Picklable: :func:`scan_unit` runs it in any process.
-    """
-
-    shard: Shard
-    start: int = 0
-    end: int | None = None
-    #: The shard's rows when it is a Parquet file split into row ranges (``start``/``end``
-    #: are then row indices, see :func:`~distprompt.read.table.split_table`).
-    rows: int | None = None
-
-    @property
-    def whole(self) -> bool:
-        return self.start == 0 and self.end is None
-
-
-@dataclass(slots=True)
-class UnitResult:
-    """What :func:`scan_unit` returns: the partial, with line numbers counted from 1 at the
-    unit's start, and how many lines the unit holds (to rebase the next unit's lines)."""
-
-    partial: Partial
-    lines: int
-
-
-def units(shards: Sequence[Shard], *, unit_bytes: int | None) -> list[Unit]:
-    """The work units of a pass: whole shards, or (with ``unit_bytes``) plain shards split into
-    byte ranges of about that size at line starts, Parquet shards into row ranges of whole row
-    groups of about that size uncompressed."""
-    out: list[Unit] = []
-    for shard in shards:
-        if unit_bytes is None:
-            out.append(Unit(shard))
-            continue
-        if is_table(shard.name):
-            ranges, rows = split_table(shard, unit_bytes)
-            out.extend(Unit(shard, a, b, rows if b is not None else None) for a, b in ranges)
-            continue
-        for start, end in split_shard(shard, unit_bytes):
-            out.append(Unit(shard, start, end))
-    return out
 
 
 def scan_unit(
@@ -630,10 +482,7 @@ def _flag(part: Partial, row: Row | RowView, reason: str) -> None:
     part.stats[row.source].flags[reason] += 1
 
 
-_UnitOutcome = UnitResult | DataError | TokenizerError | CorruptStreamError
-
-
-def _scan_star(args: tuple[Unit, dict[str, Any]]) -> _UnitOutcome:
+def _scan_star(args: tuple[Unit, dict[str, Any]]) -> UnitOutcome:
     unit, kwargs = args
     # What the units before left in the C heap (their pools, pickled and sent), given back:
     # in a worker that reads several shards it stays resident otherwise (measured on the
@@ -646,25 +495,6 @@ def _scan_star(args: tuple[Unit, dict[str, Any]]) -> _UnitOutcome:
         return exc
 
 
-def _rebase_error(exc: Exception, shard: str, base: int) -> Exception:
-    """The error of a unit with its line counted from the start of the shard."""
-    if not base:
-        return exc
-    if isinstance(exc, DataError):
-        if exc.shard == shard and exc.line:
-            return DataError(exc.shard, exc.line + base, exc.reason, exc.detail)
-        return exc
-    msg = str(exc)
-    where, sep, rest = msg.partition(": ")
-    if sep and where.rpartition(":")[0] == shard:
-        return type(exc)(f"{rebase_where(where, shard, base)}: {rest}")
-    return exc
-
-
-#: With several workers, plain shards larger than this are split into byte ranges.
-UNIT_BYTES = 32 << 20
-
-
 def scan(
     shards: Sequence[Shard],
     *,
@@ -673,62 +503,44 @@ def scan(
     on_error: OnError = "raise",
     vocab_size: int | None = None,
     tokenizer_name: str = "",
-    workers: int = 1,
+    schedule: Schedule = DEFAULT_SCHEDULE,
     progress: bool = False,
     check: Callable[[Any], Iterable[str]] | None = None,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-    unit_bytes: int | None = None,
-    processes: bool | None = None,
     on_started: Callable[[], None] | None = None,
-    engine: str = "local",
-    ray_address: str | None = None,
     sample: int = SAMPLE,
     on_shard: Callable[[Partial], None] | None = None,
     spill: WindowStore | None = None,
     replies: bool = True,
 ) -> Partial:
-    """One pass over all shards, in parallel processes when ``workers > 1``, or as Ray tasks
-    with ``engine="ray"`` (see :mod:`distprompt.read.engine`; ``workers`` is then unused).
+    """One pass over all shards, where ``schedule`` says (:mod:`distprompt.engine`): in this
+    process, in worker processes, or as Ray tasks.
 
-    The work is a list of :class:`Unit`: whole shards, and with ``workers > 1`` plain shards
-    split into byte ranges of ``unit_bytes`` (default :data:`UNIT_BYTES`) at line starts, so
-    one large shard keeps every worker busy. Each unit counts its lines from 1; merging in unit
+    The work is a list of :class:`~distprompt.read.units.Unit`: whole shards, or (in worker
+    processes or on Ray: :meth:`~distprompt.engine.Schedule.split_bytes`) plain shards split
+    into byte ranges at line starts, so one large shard keeps every worker busy and what a
+    worker sends back at a time stays small. Each unit counts its lines from 1; merging in unit
     order adds the lines of the units before, so provenance and ``shard:line`` are exact.
 
     The first error in shard order is raised (or, skipping, every bad row is counted); the
-    merged result is the same for any worker count, unit size, engine and order of completion
-    (its dicts and counters are put in key order at the end). On an error or an
-    interruption the worker processes (or Ray tasks) are stopped at once rather than left to
-    finish. A unit whose Ray task keeps failing raises :class:`InputError` naming it, or, when
-    skipping, is left out and recorded in ``failed``.
+    merged result is the same for any schedule and order of completion (its dicts and counters
+    are put in key order at the end). On an error or an interruption the worker processes (or
+    Ray tasks) are stopped at once. A unit whose Ray task keeps failing raises
+    :class:`InputError` naming it, or, when skipping, is left out and recorded in ``failed``.
 
     Args:
-        unit_bytes: Split plain shards into ranges of about this size (None: the default in
-            worker processes or on Ray, whole shards read in this process). In ranges, what a
-            worker sends back at a time stays small (a large shard's pools arrive in pieces,
-            their windows written to ``spill`` as they are merged).
-        processes: Read in worker processes even with one worker (None: when ``workers > 1``);
-            the caller's process is then free (the pipeline loads the tokenizer meanwhile).
+        schedule: Where the units run (workers, engine, Ray address, worker processes).
         on_started: Called once the work is handed out (after the worker processes started).
-        engine: ``local`` or ``ray``.
-        ray_address: The Ray cluster (see :func:`distprompt.read.engine.connect_ray`).
-        sample: Prompts held per source for the round-trip check (see :func:`scan_unit`).
         on_shard: Called (locally, not on Ray) with the merged partial so far each time every
             unit of a shard is merged, in this thread; the partial is the one being merged
-            into, so what the call keeps of it must be copied. In worker processes the units
-            run smallest shard first (a source whose shards are all read can be worked on
-            while the largest are read; the smallest itself is read just before the
-            largest), except that with several workers a unit of more than
-            ``1 / (2 * workers)`` of the bytes (a large compressed shard: it cannot be split)
-            starts first, lest it run alone at the end; shards are merged as they finish.
+            into, so what the call keeps of it must be copied. In worker processes shards are
+            merged as they finish, smallest first (:func:`~distprompt.engine.run_order`).
         spill: Keep the merged pools' feature windows in this store (a temporary file,
             :mod:`distprompt.read.spill`) rather than in memory, and the pools as columns once
             the pass is over (:meth:`BottomK.compact`); the caller closes it once the pools
             are selected.
-        replies: As :func:`scan_unit`'s: False when nothing will be selected (``inspect``).
+        sample, replies, and the others: As :func:`scan_unit`'s.
     """
-    from tqdm import tqdm  # plain text bar: the CLI is its only user (tqdm.auto warns in notebooks)
-
     kwargs: dict[str, Any] = {
         "max_candidates": max_candidates,
         "seed": seed,
@@ -740,343 +552,119 @@ def scan(
         "sample": sample,
         "replies": replies,
     }
-    if unit_bytes is None and engine == "ray":
-        from distprompt.read.engine import ray_unit_bytes
-
-        unit_bytes = ray_unit_bytes(sum(s.size for s in shards), UNIT_BYTES, address=ray_address)
-    elif unit_bytes is None and (workers > 1 or processes):
-        unit_bytes = UNIT_BYTES
-    work = units(shards, unit_bytes=unit_bytes)
-    use_processes = (workers > 1 or bool(processes)) and (len(work) > 1 or bool(processes))
+    work = units(shards, unit_bytes=schedule.split_bytes(sum(s.size for s in shards)))
     total = Partial(k=max_candidates, sample=sample, spill=spill)
     total.shards = {s.name: s for s in shards}
-    bar = tqdm(
-        total=sum(s.size for s in shards),
-        unit="B",
-        unit_scale=True,
-        desc="reading",
-        disable=not progress,
-        leave=False,
+    bar = _Bar(shards, progress)
+
+    def here(i: int) -> UnitOutcome:  # a unit in this process: its progress as it is read
+        try:
+            return scan_unit(work[i], on_row=bar.on_row(i, work[i]), **kwargs)
+        except (DataError, TokenizerError) as exc:
+            return exc
+
+    results = run(
+        _scan_star,
+        [(u, kwargs) for u in (_absolute(work) if schedule.remote else work)],
+        [u.task for u in work],
+        schedule,
+        here=here,
+        on_started=on_started,
+        on_done=lambda i: bar.done(i, work[i].size),
     )
-    base: dict[str, int] = {}
-
-    def merge(
-        unit: Unit, res: UnitResult | DataError | TokenizerError | CorruptStreamError
-    ) -> None:
-        name = unit.shard.name
-        at = base.get(name, 0)
-        if isinstance(res, Exception):
-            raise _rebase_error(res, name, at)
-        if at:
-            res.partial.rebase(name, at)
-        base[name] = at + res.lines
-        total.merge(res.partial)
-
-    shard_at = {s.name: i for i, s in enumerate(shards)}
-    last_unit = {u.shard.name: i for i, u in enumerate(work)}
-
     try:
-        if engine == "ray":
-            _scan_on_ray(
+        with contextlib.closing(results):
+            merge_units(
+                results,
                 work,
-                kwargs,
-                merge,
                 total,
-                bar=bar,
+                ordered=schedule.ordered(len(work)),
                 skip=on_error == "skip",
-                address=ray_address,
-                on_started=on_started,
+                on_shard=None if schedule.remote else on_shard,
             )
-        elif use_processes:
-            _scan_in_processes(
-                work,
-                kwargs,
-                total,
-                workers=workers,
-                shard_at=shard_at,
-                bar=bar,
-                on_started=on_started,
-                on_shard=on_shard,
-            )
-        else:
-            if on_started is not None:
-                on_started()
-            for i, unit in enumerate(work):
-                done = [unit.start]
-                plain = unit.shard.name.endswith(".jsonl")
-
-                def tick(offset: int, done: list[int] = done, plain: bool = plain) -> None:
-                    if plain and offset - done[0] >= 1 << 22:
-                        bar.update(offset - done[0])
-                        done[0] = offset
-
-                try:
-                    res: UnitResult | DataError | TokenizerError = scan_unit(
-                        unit, on_row=tick if progress else None, **kwargs
-                    )
-                except (DataError, TokenizerError) as exc:
-                    res = exc
-                if unit.rows is not None:
-                    bar.update(_unit_bytes(unit))
-                else:
-                    bar.update((unit.end if unit.end is not None else unit.shard.size) - done[0])
-                merge(unit, res)
-                if on_shard is not None and last_unit[unit.shard.name] == i:
-                    on_shard(total)  # the shard's last unit
     except DataError as exc:
-        if exc.reason != "id_out_of_vocab" or vocab_size is None or exc.shard not in total.shards:
-            raise
-        wrong = _wrong_tokenizer(
-            exc,
-            total.shards[exc.shard],
-            vocab_size=vocab_size,
-            tokenizer_name=tokenizer_name,
-            max_line_bytes=max_line_bytes,
-        )
+        wrong = _named_tokenizer(exc, total, vocab_size, tokenizer_name, max_line_bytes)
         if wrong is None:
             raise
         raise wrong from None
     finally:
-        bar.close()
-    _normalize(total, shard_at)
+        bar.bar.close()
+    normalize(total, {name: i for i, name in enumerate(total.shards)})
     if spill is not None:
-        # The pools as columns until their selection (~600 -> ~80 bytes a candidate: on the
-        # benchmark's 4x corpus, 134k of them, ~70 MB of objects given back)
-        for pool in total.pools.values():
-            pool.compact()
-        trim_heap()
+        _as_columns(total)
     return total
 
 
-def _run_order(work: Sequence[Unit], workers: int) -> list[int]:
-    """The order units are handed to worker processes (see :func:`scan`'s ``on_shard``).
-
-    The units of a shard stay together and in order, so that a shard is merged as soon as its
-    last unit is done.
-    """
-    total = sum(_unit_bytes(u) for u in work) or 1
-    first: dict[str, int] = {}
-    for i, u in enumerate(work):
-        first.setdefault(u.shard.name, i)
-
-    def alone(u: Unit) -> bool:
-        return workers > 1 and _unit_bytes(u) * 2 * workers > total
-
-    # The other shards by size, but the smallest read just before the largest: a source is
-    # worked on once a shard ends that added nothing to it, so the one read before the
-    # largest waits for the largest, and that is best the one of least work.
-    rest = sorted({u.shard.name: u.shard.size for u in work if not alone(u)}.items(),
-                  key=lambda kv: (kv[1], first[kv[0]]))  # fmt: skip
-    if len(rest) >= 3:
-        rest = [*rest[1:-1], rest[0], rest[-1]]
-    rank = {name: r for r, (name, _) in enumerate(rest)}
-
-    def key(i: int) -> tuple[int, int, int]:
-        u = work[i]
-        if alone(u):
-            return (0, -_unit_bytes(u), i)
-        return (1, rank[u.shard.name], i)
-
-    return sorted(range(len(work)), key=key)
+def _as_columns(total: Partial) -> None:
+    """The pools as columns until their selection (~600 -> ~80 bytes a candidate: on the
+    benchmark's 4x corpus, 134k of them, ~70 MB of objects given back)."""
+    for pool in total.pools.values():
+        pool.compact()
+    trim_heap()
 
 
-def _scan_in_processes(
-    work: Sequence[Unit],
-    kwargs: dict[str, Any],
-    total: Partial,
-    *,
-    workers: int,
-    shard_at: dict[str, int],
-    bar: Any,
-    on_started: Callable[[], None] | None,
-    on_shard: Callable[[Partial], None] | None,
-) -> None:
-    """The units of ``work`` in ``workers`` local processes, merged into ``total``.
+class _Bar:
+    """The pass's progress in bytes: a unit's as it finishes, and (with ``progress``) a plain
+    shard's every 4 MiB as it is read in this process."""
 
-    A shard's units are merged in their order (each one's lines are rebased on those before
-    it), and a shard into ``total`` once all its units are done. The first error in shard
-    order is raised once every shard before it is done without one.
-    """
-    from concurrent.futures import FIRST_COMPLETED, wait
+    def __init__(self, shards: Sequence[Shard], progress: bool) -> None:
+        from tqdm import tqdm  # plain text bar: the CLI is its only user (tqdm.auto warns)
 
-    from distprompt.read.engine import process_pool
+        self.progress = progress
+        self.bar = tqdm(
+            total=sum(s.size for s in shards),
+            unit="B",
+            unit_scale=True,
+            desc="reading",
+            disable=not progress,
+            leave=False,
+        )
+        self.ticked: dict[int, int] = {}  # per unit read here, its bytes the bar shows
 
-    of_shard: dict[str, list[int]] = {}
-    for i, u in enumerate(work):
-        of_shard.setdefault(u.shard.name, []).append(i)
-    arrived: dict[int, _UnitOutcome] = {}
-    parts: dict[str, Partial] = {}  # a shard's units merged so far
-    lines: dict[str, int] = {}  # the lines of those units
-    waiting = {name: list(ids) for name, ids in of_shard.items()}  # units not merged yet
-    errors: dict[int, Exception] = {}  # by shard index: its first error, rebased
-    unread = set(shard_at)  # shards not merged into total (nor failed)
+    def on_row(self, i: int, unit: Unit) -> Callable[[int], None] | None:
+        """``scan_unit``'s ``on_row`` for unit ``i``, read in this process."""
+        if not self.progress or not unit.shard.name.endswith(".jsonl"):
+            return None
 
-    def advance(name: str) -> None:
-        left = waiting[name]
-        while left and left[0] in arrived:
-            res = arrived.pop(left.pop(0))
-            at = lines.get(name, 0)
-            if shard_at[name] in errors:
-                continue  # the rest of a shard after its first error
-            if isinstance(res, Exception):
-                errors[shard_at[name]] = _rebase_error(res, name, at)
-                continue
-            if at:
-                res.partial.rebase(name, at)
-            lines[name] = at + res.lines
-            part = parts.get(name)
-            if part is None:
-                # a shard's units merged here before it is merged into ``total``: with a window
-                # store, their windows are written as they are merged (the units of a large
-                # shard arrive one by one until the end of the pass)
-                part = parts[name] = Partial(k=total.k, sample=total.sample, spill=total.spill)
-            part.merge(res.partial)
-            if total.spill is not None:
-                trim_heap()  # the windows written and the unit's partial, given back
-        if left:
-            return
-        unread.discard(name)
-        part = parts.pop(name, None)
-        if part is not None and shard_at[name] not in errors:
-            total.merge(part)
-            if on_shard is not None:
-                on_shard(total)
+        def tick(offset: int) -> None:
+            shown = self.ticked.get(i, 0)
+            if offset - unit.start - shown >= 1 << 22:
+                self.bar.update(offset - unit.start - shown)
+                self.ticked[i] = offset - unit.start
 
-    def raise_first_error() -> None:
-        if errors:
-            first = min(errors)
-            if all(shard_at[name] >= first for name in unread):
-                raise errors[first]
+        return tick
 
-    with process_pool(workers) as ex:
-        futures = {ex.submit(_scan_star, (work[i], kwargs)): i for i in _run_order(work, workers)}
-        if on_started is not None:
-            on_started()
-        pending = set(futures)
-        while pending:
-            ready, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in sorted(ready, key=futures.__getitem__):
-                # dropped: a future holds its result, the unit's partial, for as long as it is
-                # referenced (all of them until the end of the pass, before: measured on the
-                # benchmark's 4x corpus, two workers: the pass's peak in this process 378 -> 203 MB)
-                i = futures.pop(fut)
-                arrived[i] = fut.result()
-                del fut
-                bar.update(_unit_bytes(work[i]))
-                advance(work[i].shard.name)
-                raise_first_error()
+    def done(self, i: int, size: int) -> None:
+        """Unit ``i``, of ``size`` bytes, is read."""
+        self.bar.update(size - self.ticked.pop(i, 0))
 
 
-def _normalize(part: Partial, shard_at: dict[str, int]) -> None:
-    """Put ``part``'s dicts and counters in key order (shards in their order), so that the
-    result does not depend on the order in which the shards were merged."""
-
-    def counter(c: Counter[Any]) -> Counter[Any]:
-        return Counter(dict(sorted(c.items())))
-
-    part.stats = {s: part.stats[s] for s in sorted(part.stats)}
-    part.pools = {s: part.pools[s] for s in sorted(part.pools)}
-    part.heavy = {s: part.heavy[s] for s in sorted(part.heavy)}
-    for st in part.stats.values():
-        st.prompt_lengths = counter(st.prompt_lengths)
-        st.response_lengths = counter(st.response_lengths)
-        st.seq_lengths = counter(st.seq_lengths)
-        st.trained_turns = counter(st.trained_turns)
-        st.first_reply_lengths = counter(st.first_reply_lengths)
-        st.flags = counter(st.flags)
-    t = part.tally
-    t.skipped, t.anomalies = counter(t.skipped), counter(t.anomalies)
-    t.first_skip = dict(sorted(t.first_skip.items()))
-    t.first_anomaly = dict(sorted(t.first_anomaly.items()))
-    far = len(shard_at)
-    part.shard_rows = dict(
-        sorted(part.shard_rows.items(), key=lambda kv: (shard_at.get(kv[0], far), kv[0]))
-    )
-    part.failed = dict(sorted(part.failed.items()))
-    if part.held is not None:
-        _normalize(part.held, shard_at)
-
-
-def _unit_name(unit: Unit) -> str:
-    if unit.whole:
-        return unit.shard.name
-    if unit.rows is not None:
-        return f"{unit.shard.name} (rows {unit.start + 1}-{unit.end or unit.rows})"
-    end = unit.end if unit.end is not None else unit.shard.size
-    return f"{unit.shard.name} (bytes {unit.start}-{end})"
-
-
-def _unit_bytes(unit: Unit) -> int:
-    if unit.rows is not None:  # row ranges: their share of the file
-        rows = (unit.end if unit.end is not None else unit.rows) - unit.start
-        return unit.shard.size * rows // max(unit.rows, 1)
-    return (unit.end if unit.end is not None else unit.shard.size) - unit.start
-
-
-def _count_lines(unit: Unit) -> int:
-    """The lines that start in a unit's byte range, counted without parsing them."""
-    if unit.whole:
-        return 0  # no later unit of the shard needs its line count
-    if unit.rows is not None:
-        return (unit.end if unit.end is not None else unit.rows) - unit.start
-    n = 0
-    last = b"\n"
-    with open_shard(unit.shard.url or unit.shard.path) as fh:
-        fh.seek(unit.start)
-        left = _unit_bytes(unit)
-        while left > 0:
-            chunk = fh.read(min(left, 1 << 20))
-            if not chunk:
-                break
-            n += chunk.count(b"\n")
-            last = chunk[-1:]
-            left -= len(chunk)
-    return n + (last != b"\n")  # a last line without a newline
-
-
-def _scan_on_ray(
-    work: Sequence[Unit],
-    kwargs: dict[str, Any],
-    merge: Callable[[Unit, _UnitOutcome], None],
-    total: Partial,
-    *,
-    bar: Any,
-    skip: bool,
-    address: str | None,
-    on_started: Callable[[], None] | None,
-) -> None:
-    from distprompt.read.engine import UnitFailure, connect_ray, ray_map
-
-    connect_ray(address)
-    if on_started is not None:  # the tasks are submitted as the loop below starts
-        on_started()
-
-    # Workers do not run in this directory (on a cluster, not even on this machine).
-    sent = [
+def _absolute(work: Sequence[Unit]) -> list[Unit]:
+    """The units with absolute paths: Ray workers do not run in this directory (on a cluster,
+    not even on this machine)."""
+    return [
         u
         if u.shard.url is not None
         else replace(u, shard=replace(u.shard, path=u.shard.path.absolute()))
         for u in work
     ]
-    results = ray_map(
-        _scan_star,
-        [(u, kwargs) for u in sent],
-        names=[_unit_name(u) for u in work],
-        address=address,
-        on_done=lambda i: bar.update(_unit_bytes(work[i])),
+
+
+def _named_tokenizer(
+    exc: DataError,
+    total: Partial,
+    vocab_size: int | None,
+    tokenizer_name: str,
+    max_line_bytes: int,
+) -> DataError | None:
+    """The error naming the tokenizer when the pass stopped at ``exc``, a row out of its
+    vocabulary, among the shard's first rows that all are (:func:`_wrong_tokenizer`)."""
+    if exc.reason != "id_out_of_vocab" or vocab_size is None or exc.shard not in total.shards:
+        return None
+    return _wrong_tokenizer(
+        exc,
+        total.shards[exc.shard],
+        vocab_size=vocab_size,
+        tokenizer_name=tokenizer_name,
+        max_line_bytes=max_line_bytes,
     )
-    with contextlib.closing(results):
-        for unit, res in zip(work, results, strict=True):
-            if isinstance(res, UnitFailure):
-                found = f"its Ray task failed {res.attempts} times ({res.reason})"
-                if not skip:
-                    raise InputError(
-                        f"{res.name}: expected the shard's Ray task to finish, found {found}; "
-                        "see the worker logs (ray logs), fix the cause, or run with "
-                        "--on-error skip to leave the shard out"
-                    )
-                total.failed[res.name] = found
-                # Its rows are left out; its lines still count for the units after it.
-                merge(unit, UnitResult(Partial(k=total.k), _count_lines(unit)))
-                continue
-            merge(unit, res)

@@ -1,9 +1,8 @@
-"""Where the pass runs: in this process, a local process pool (:func:`process_pool`), or as
-tasks on a Ray cluster (:func:`ray_map`).
+"""The pass's work as tasks on a Ray cluster (:func:`ray_map`, :func:`on_ray`).
 
 The pass is a map of one picklable function over work units (a shard, or a byte range of one), each
-returning a mergeable :class:`~distprompt.read.scan.Partial`; the driver merges the partials and
-runs the bounded selection stage itself. :func:`ray_map` is that map on Ray:
+returning a mergeable partial; the driver merges the partials and runs the bounded selection stage
+itself. :func:`ray_map` is that map on Ray:
 
 - one Ray task per unit (one CPU each), at most a window of tasks ahead of the next unit to merge,
   so finished partials wait in Ray's object store (which spills to disk), not in the driver;
@@ -25,10 +24,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import sys
 import tempfile
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -36,19 +34,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from distprompt.config import require_engine
 
 if TYPE_CHECKING:
-    from concurrent.futures import ProcessPoolExecutor
+    from distprompt.engine.schedule import Task
 
 __all__ = [
     "MAX_RETRIES",
     "UnitFailure",
     "connect_ray",
-    "process_pool",
+    "on_ray",
     "ray_map",
     "ray_unit_bytes",
-    "terminate_pool",
 ]
 
-logger = logging.getLogger("distprompt.read.engine")
+logger = logging.getLogger("distprompt.engine.cluster")
 
 #: Ray retries of a task whose worker died or that raised an OSError (Ray's own default is 3).
 MAX_RETRIES = 3
@@ -70,51 +67,6 @@ class UnitFailure:
     name: str
     attempts: int
     reason: str
-
-
-@contextlib.contextmanager
-def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
-    """A pool of ``workers`` local processes. Ctrl-C is handled by this process only (the
-    workers ignore SIGINT, so they do not each print a traceback); on an error or an
-    interruption in the ``with`` body the queued work is cancelled and the workers are
-    terminated rather than left to finish.
-
-    Example:
-        >>> with process_pool(2) as ex:  # doctest: +SKIP
-        ...     ex.submit(abs, -1).result()
-        1
-    """
-    from concurrent.futures import ProcessPoolExecutor
-
-    ex = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint)
-    try:
-        yield ex
-    except BaseException:
-        # shutdown() would wait for every running unit to finish; the result is not wanted.
-        terminate_pool(ex)
-        raise
-    ex.shutdown(wait=True)
-
-
-def terminate_pool(ex: ProcessPoolExecutor) -> None:
-    """Cancel the pool's queued work and terminate its workers (their results are not wanted)."""
-    ex.shutdown(wait=False, cancel_futures=True)
-    procs = getattr(ex, "_processes", None) or {}  # private, but the only handle
-    for proc in list(procs.values()):
-        proc.terminate()
-
-
-def _ignore_sigint() -> None:
-    # Ctrl-C reaches the whole process group: only the parent handles it (and stops the workers),
-    # so workers do not each print a KeyboardInterrupt traceback.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # A worker that inherited pyarrow (DATA holds Parquet or Arrow shards) allocates from the C
-    # library's heap: pyarrow's default mimalloc pool took 4.2-4.3 s of CPU where the system one
-    # took 3.5 s to read 1,000 SWE-agent rows (28M tokens) of Parquet. Only in these processes,
-    # which are distprompt's own (a caller's process keeps its pool).
-    arrow = sys.modules.get("pyarrow")
-    if arrow is not None:
-        arrow.set_memory_pool(arrow.system_memory_pool())
 
 
 def connect_ray(address: str | None = None) -> Any:
@@ -291,3 +243,23 @@ def ray_map(
                 ray.cancel(ref, force=True)
             except Exception as exc:  # a task that finished meanwhile cannot be cancelled
                 logger.debug("cancel: %s", exc)
+
+
+def on_ray(
+    fn: Callable[[T], R],
+    args: Sequence[T],
+    tasks: Sequence[Task],
+    *,
+    address: str | None,
+    on_started: Callable[[], None] | None = None,
+    on_done: Callable[[int], None] | None = None,
+) -> Generator[tuple[int, R | UnitFailure], None, None]:
+    """``(i, fn(args[i]))`` for each task, run as Ray tasks (:func:`ray_map`), in task order;
+    a task that kept failing gives a :class:`UnitFailure`. Close the iterator to cancel the
+    tasks not yet merged."""
+    connect_ray(address)
+    if on_started is not None:  # the tasks are submitted as the loop below starts
+        on_started()
+    results = ray_map(fn, args, names=[t.name for t in tasks], address=address, on_done=on_done)
+    with contextlib.closing(results):
+        yield from enumerate(results)

@@ -1,0 +1,42 @@
+"""Where the work runs, and nothing else: the engine knows tasks, not rows.
+
+A stage hands the engine a plain picklable function, one argument per unit of work, and what
+the engine needs to know of each unit (a :class:`Task`: its name, the group whose units are
+merged in order, its bytes); a frozen :class:`Schedule` (workers, ``local`` or ``ray``, the Ray
+address, worker processes or this one) says where they run. :func:`run` gives the results back
+as ``(index, result)``, each group's in order, and stops the work still queued or running when
+it is closed. Merging the results is the stage's.
+
+- ``engine/schedule.py``: :class:`Schedule`, :class:`Task`, :func:`run`, :data:`UNIT_BYTES`.
+- ``engine/local.py``: the local process pool (:func:`process_pool`), the order tasks are
+  handed to it, the map over it and the one in this process.
+- ``engine/cluster.py``: Ray (:func:`connect_ray`, :func:`ray_map`, :class:`UnitFailure`).
+
+The package imports only ``config`` and ``errors``; every stage and the wiring may import it.
+"""
+
+from distprompt.engine.cluster import (
+    MAX_RETRIES,
+    UnitFailure,
+    connect_ray,
+    ray_map,
+    ray_unit_bytes,
+)
+from distprompt.engine.local import process_pool, run_order, terminate_pool
+from distprompt.engine.schedule import DEFAULT_SCHEDULE, UNIT_BYTES, Schedule, Task, run
+
+__all__ = [
+    "DEFAULT_SCHEDULE",
+    "MAX_RETRIES",
+    "UNIT_BYTES",
+    "Schedule",
+    "Task",
+    "UnitFailure",
+    "connect_ray",
+    "process_pool",
+    "ray_map",
+    "ray_unit_bytes",
+    "run",
+    "run_order",
+    "terminate_pool",
+]
