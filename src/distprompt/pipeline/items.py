@@ -12,7 +12,7 @@ import numpy as np
 
 from distprompt.config import Config
 from distprompt.pipeline.sources import Chosen
-from distprompt.read.scan import load_candidates
+from distprompt.read.readback import load_candidates
 from distprompt.records import Candidate, Shard, SuiteItem, max_tokens_for
 from distprompt.recover.decode import TokenizerInfo, decode
 
