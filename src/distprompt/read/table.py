@@ -537,7 +537,11 @@ def table_rows_at(shard: Shard, offsets: Sequence[int]) -> list[RowView | bytes 
     """
 
     def view(batch: pa.RecordBatch, i: int, off: int) -> RowView | bytes:
-        return _batch_views(batch.slice(i, 1), off, off, shard.name)[0]
+        got = _batch_views(batch.slice(i, 1), off, off, shard.name)[0]
+        if isinstance(got, TableView):
+            # the row's own values, not a view of the batch's buffers
+            got._ids, got._mask = got._ids.copy(), got._mask.copy()
+        return got
 
     return _rows_at(shard, offsets, view)
 
