@@ -17,7 +17,8 @@ from distprompt import build_suite, inspect_corpus
 from distprompt.cli import main
 from distprompt.engine import Schedule
 from distprompt.errors import ConfigError, DataError, InputError
-from distprompt.read.scan import SAMPLE, Partial, sampled_prompts, scan
+from distprompt.read.readback import sampled_prompts
+from distprompt.read.scan import SAMPLE, Partial, scan
 from distprompt.read.shards import discover_shards, iter_lines
 
 from conftest import SAMPLES_DIR

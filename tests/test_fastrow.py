@@ -339,7 +339,7 @@ def test_selected_candidates_are_read_back(tmp_path: Path) -> None:
     """Pools of plain shards hold windows only; load_candidates reads the rest back by offset,
     and refuses a shard that changed since the pass."""
     from distprompt.errors import InputError
-    from distprompt.read.scan import load_candidates
+    from distprompt.read.readback import load_candidates
 
     rows = [json.dumps(random_row(900 + i, 600 + i, seed=i)).encode() for i in range(5)]
     shard = _shard(str(tmp_path), rows)
@@ -365,7 +365,7 @@ def test_read_back_gives_the_full_parse_values(tmp_path: Path) -> None:
     one the pass read is refused with the shard:line and the offset."""
     from distprompt.errors import InputError
     from distprompt.read.pools import compact_ids as _compact
-    from distprompt.read.scan import load_candidates
+    from distprompt.read.readback import load_candidates
 
     rows = [random_row(3000 + 7 * i, 40 + 300 * i, seed=i) for i in range(6)]
     rows += [random_row(30 + i, 10 + i, seed=50 + i) for i in range(4)]
@@ -424,7 +424,7 @@ def test_both_spellings_take_the_byte_checks(seps: tuple[str, str]) -> None:
 def test_compressed_candidates_are_read_back(tmp_path: Path, suffix: str) -> None:
     """Pools of compressed shards hold windows only too; load_candidates reads the selected
     rows back in one pass over the stream (a stream cannot be seeked), stopping at the last."""
-    from distprompt.read.scan import load_candidates
+    from distprompt.read.readback import load_candidates
 
     from factories import write_shard
 

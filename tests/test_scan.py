@@ -11,13 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distprompt.engine import Schedule
+from distprompt.read.readback import load_candidates, sampled_prompts
 from distprompt.read.scan import (
     SAMPLE,
     BottomK,
     Partial,
-    load_candidates,
     prompt_key,
-    sampled_prompts,
     scan,
 )
 from distprompt.read.shards import discover_shards

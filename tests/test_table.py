@@ -310,7 +310,7 @@ def test_rows_read_back_as_the_pass_read_them(tmp_path: Path) -> None:
         assert off <= 40 or off == len(rows) - 1  # _bad_rows' first and last are valid
         want = read_row(line, shard="a.parquet", line=off + 1, offset=off)
         assert seen(item) == seen(want)
-    # row 2 of the first group: its first batch of PARQUET_BATCH_ROWS rows only
+    # row 2 of the first group: its first batch of READBACK_BATCH_ROWS rows only
     decoded: list[int] = []
     real = pq.ParquetFile.iter_batches
 
@@ -321,7 +321,7 @@ def test_rows_read_back_as_the_pass_read_them(tmp_path: Path) -> None:
 
     with mock.patch.object(pq.ParquetFile, "iter_batches", counted):
         assert rows_at(pqf, [2])[0] is not None
-    assert decoded == [table_module.PARQUET_BATCH_ROWS]
+    assert decoded == [table_module.READBACK_BATCH_ROWS]
 
 
 def test_cli_exit_2_names_file_and_row(

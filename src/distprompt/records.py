@@ -250,7 +250,8 @@ class Candidate:
 
     A pool read from plain shards holds only what selection needs (``window``, the lengths and
     the provenance): ``prompt_ids``, ``prompt_mask`` and ``response_ids`` are None and are read
-    back from the shard for the candidates selected (:func:`distprompt.read.scan.load_candidates`).
+    back from the shard for the candidates selected
+    (:func:`distprompt.read.readback.load_candidates`).
     """
 
     key: int

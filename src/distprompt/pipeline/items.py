@@ -12,11 +12,20 @@ import numpy as np
 
 from distprompt.config import Config
 from distprompt.pipeline.sources import Chosen
-from distprompt.read.scan import load_candidates
+from distprompt.read.readback import load_candidates
 from distprompt.records import Candidate, Shard, SuiteItem, max_tokens_for
 from distprompt.recover.decode import TokenizerInfo, decode
 
-__all__ = ["Pick", "item_id", "learn_profile", "make_batch", "make_item", "make_items", "picks_of"]
+__all__ = [
+    "Pick",
+    "item_id",
+    "learn_profile",
+    "make_batch",
+    "make_item",
+    "make_items",
+    "picks_of",
+    "read_back",
+]
 
 
 def learn_profile(tok: Any, tinfo: TokenizerInfo, warn: Callable[[str], None]) -> Any:
@@ -52,9 +61,24 @@ def _slug(s: str) -> str:
 Pick = tuple[Candidate, int, int, float, str]
 
 
+def read_back(chosen: Sequence[Chosen], shards: Sequence[Shard], config: Config) -> list[Chosen]:
+    """``chosen`` with each candidate's prompt, prompt mask and first response read back from
+    ``shards`` (:func:`~distprompt.read.readback.load_candidates`), where the source was
+    selected: :func:`picks_of` takes them as they are then.
+
+    Raises:
+        InputError: A shard cannot be read, or changed since the pass.
+    """
+    loaded = load_candidates([c for c, _, _, _ in chosen], shards, seed=config.seed)
+    return [
+        (cand, size, weight, stratum)
+        for cand, (_, size, weight, stratum) in zip(loaded, chosen, strict=True)
+    ]
+
+
 def picks_of(chosen: Sequence[Chosen], shards: Sequence[Shard], config: Config) -> list[Pick]:
-    """A source's selection ``(candidate, cluster size, weight)`` read back from its shards,
-    with each item's cluster number."""
+    """A source's selection ``(candidate, cluster size, weight)`` read back from its shards
+    (but the candidates :func:`read_back` read already), with each item's cluster number."""
     loaded = load_candidates([c for c, _, _, _ in chosen], shards, seed=config.seed)
     return [
         (cand, cluster, size, weight, stratum)

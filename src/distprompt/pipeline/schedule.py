@@ -20,7 +20,14 @@ from distprompt.choose.stratify import Quota
 from distprompt.choose.vectorize import FEATURE_BUDGET
 from distprompt.config import Config
 from distprompt.errors import ConfigError
-from distprompt.pipeline.items import Pick, learn_profile, make_batch, make_items, picks_of
+from distprompt.pipeline.items import (
+    Pick,
+    learn_profile,
+    make_batch,
+    make_items,
+    picks_of,
+    read_back,
+)
 from distprompt.pipeline.sources import (
     Chosen,
     early_quotas,
@@ -136,12 +143,17 @@ def select_job(
     thread (whose pool set that for the process: the limits are not set from two threads); a
     forked worker finds the pool in :data:`_SELECTING` (copying it costs a second and tens of
     MB). A pool's candidates are made here, when its selection starts (a pool compacted after
-    the pass holds columns: :meth:`~distprompt.read.scan.BottomK.compact`)."""
+    the pass holds columns: :meth:`~distprompt.read.scan.BottomK.compact`). With ``shards``, the
+    picks are read back from them here too (:func:`~distprompt.pipeline.items.read_back`).
+
+    Raises:
+        InputError: A shard of a pick cannot be read, or changed since the pass.
+    """
     in_process = threading.current_thread() is threading.main_thread()
     with one_thread() if in_process else contextlib.nullcontext(), one_openmp_thread():
         try:
             got = _SELECTING[source] if cands is None else cands
-            return select_source(
+            chosen, evidence = select_source(
                 got.candidates() if isinstance(got, BottomK) else got,
                 quota,
                 config,
@@ -149,6 +161,10 @@ def select_job(
                 heavy,
                 shards,
             )
+            if shards:
+                # the picks read back here, beside the main thread (which decodes), not after it
+                chosen = read_back(chosen, list(shards.values()), config)
+            return chosen, evidence
         finally:
             # What its matrices took, given back before the next source (during the pass,
             # beside the pass's worker process: measured on the benchmark corpus, the peak of

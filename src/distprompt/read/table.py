@@ -64,12 +64,20 @@ BATCH_ROWS = 128
 
 #: Rows per record batch decoded from a Parquet row group. pyarrow decodes small batches of long
 #: rows faster than whole groups (its buffers are reused, not allocated anew for each group), and
-#: a read-back (:func:`table_rows_at`) stops after the batch holding the last row it wants of a
-#: group. Measured on the benchmark's Parquet copy (row groups of 128 rows): reading every row
-#: as the pass does took 3.3-3.7 s CPU and 158-179 MB peak RSS in batches of 8 or 16 rows,
+#: a read-back (:func:`table_rows_at`, in batches of :data:`READBACK_BATCH_ROWS`) stops after
+#: the batch holding the last row it wants of a group. Measured on the benchmark's Parquet copy
+#: (row groups of 128 rows): reading every row as the pass does took 3.3-3.7 s CPU and
+#: 158-179 MB peak RSS in batches of 8 or 16 rows,
 #: against 5.5-6.1 s and 293 MB in batches of 128 (3.7-4.5 s, 241 MB in 64); reading back the
 #: 50 SWE-agent picks (26 of its 40 groups) took 0.6 s against 2.5 s in whole groups.
 PARQUET_BATCH_ROWS = 16
+
+#: Rows per record batch a read-back (:func:`table_rows_at`) decodes: it stops after the batch
+#: holding the last row it wants of a group, so smaller batches decode fewer rows it does not
+#: want. Measured reading back the benchmark's 500 picks from its Parquet copy (one process,
+#: CPU, 4 runs each, interleaved): 0.87-0.98 s and 120 MB peak RSS in batches of 8, 0.92-1.9 s
+#: and 128-142 MB in batches of 16 (batches of 4: 0.94-1.24 s).
+READBACK_BATCH_ROWS = 8
 
 
 _IMPORT = threading.Lock()
@@ -220,7 +228,10 @@ class _Reader:
                     last = wanted[k - 1]
                 self._at = first
                 for batch in self.pf.iter_batches(
-                    batch_size=PARQUET_BATCH_ROWS, row_groups=[g], columns=cols, use_threads=False
+                    batch_size=PARQUET_BATCH_ROWS if wanted is None else READBACK_BATCH_ROWS,
+                    row_groups=[g],
+                    columns=cols,
+                    use_threads=False,
                 ):
                     yield self._at, batch
                     self._at += batch.num_rows
@@ -537,7 +548,11 @@ def table_rows_at(shard: Shard, offsets: Sequence[int]) -> list[RowView | bytes 
     """
 
     def view(batch: pa.RecordBatch, i: int, off: int) -> RowView | bytes:
-        return _batch_views(batch.slice(i, 1), off, off, shard.name)[0]
+        got = _batch_views(batch.slice(i, 1), off, off, shard.name)[0]
+        if isinstance(got, TableView):
+            # the row's own values, not a view of the batch's buffers
+            got._ids, got._mask = got._ids.copy(), got._mask.copy()
+        return got
 
     return _rows_at(shard, offsets, view)
 

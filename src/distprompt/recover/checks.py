@@ -515,7 +515,7 @@ def run_checks(
     The round trip decodes and re-encodes the first ``round_trip_sample`` candidates of each
     source's pool (a uniform sample of its unique prompts, kept by the pass anyway), so no
     second pass over the corpus is needed. Their ids are those the pass held (the pool's
-    sample, :func:`~distprompt.read.scan.sampled_prompts`); the ids of any it did not hold are
+    sample, :func:`~distprompt.read.readback.sampled_prompts`); the ids of any it did not hold are
     read back from ``shards`` by offset (counted in the debug log).
 
     Returns:
@@ -525,7 +525,7 @@ def run_checks(
     settle_rows(part)  # when the caller has not (the pipeline does, before its quotas)
     # the rows checked: those held apart by the marker check count, whatever they became
     total_rows = sum(_marker_rows(part)[1].values())
-    from distprompt.read.scan import sampled_prompts
+    from distprompt.read.readback import sampled_prompts
 
     round_trips: dict[str, tuple[int, int, str | None]] = {}
     for src in sorted(part.stats):
