@@ -53,7 +53,7 @@ def main() -> int:
     docs = pool(a.pool)
     lengths = np.array([len(d) for d in docs])
     # As in export: scikit-learn and scipy imported while the pass runs, selection on one
-    # BLAS thread (distprompt.pipeline.schedule.one_thread).
+    # BLAS thread (distprompt.engine.threads.one_thread).
     import sklearn.decomposition
     import sklearn.feature_extraction.text  # noqa: F401
     from threadpoolctl import threadpool_limits

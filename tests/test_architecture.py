@@ -159,6 +159,73 @@ def test_the_engine_knows_no_stage() -> None:
     }
     assert not bad
     assert "distprompt.engine" in GRAPH["distprompt.read.scan"]
+    for moved in ("pools", "threads", "background"):  # selection's pools, the plot processes
+        assert f"distprompt.engine.{moved}" in GRAPH
+    assert "distprompt.engine.pools" in GRAPH["distprompt.pipeline.schedule"]
+    assert "distprompt.engine.background" in GRAPH["distprompt.pipeline.plots"]
+
+
+#: What builds pools, thread limits and helper processes (issue 31: one place for them).
+_SCHEDULING_MODULES = {"threadpoolctl", "subprocess", "multiprocessing"}
+_SCHEDULING_NAMES = {
+    "ThreadPoolExecutor",
+    "ProcessPoolExecutor",
+    "threadpool_limits",
+    "Popen",
+    "freeze",
+    "Thread",
+}
+#: Modules outside the engine known to start a thread of their own: the tokenizer loaded
+#: beside the pass (``recover/light.py``).
+_THREADS_OUTSIDE_THE_ENGINE = {"distprompt.recover.light": {"Thread"}}
+
+
+def _scheduling_uses(tree: ast.AST) -> set[str]:
+    """The scheduling modules ``tree`` imports and the scheduling names it imports or uses
+    (``threading.Thread``, ``gc.freeze``, ...)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names} & _SCHEDULING_MODULES
+        elif isinstance(node, ast.ImportFrom):
+            found |= {(node.module or "").split(".")[0]} & _SCHEDULING_MODULES
+            found |= {a.name for a in node.names} & _SCHEDULING_NAMES
+        elif isinstance(node, ast.Attribute) and node.attr in _SCHEDULING_NAMES:
+            found.add(node.attr)
+        elif isinstance(node, ast.Name) and node.id in _SCHEDULING_NAMES:
+            found.add(node.id)
+    return found
+
+
+def _scheduling_by_module() -> dict[str, set[str]]:
+    out = {}
+    for p in sorted(PKG.rglob("*.py")):
+        uses = _scheduling_uses(ast.parse(p.read_text(encoding="utf-8")))
+        if uses:
+            out[_module_name(p)] = uses
+    return out
+
+
+def test_pools_thread_limits_and_helper_processes_are_the_engines() -> None:
+    """Process pools, thread pools, BLAS/OpenMP thread limits and helper subprocesses are made
+    in ``engine/`` only (the selection's pools, the plot processes): the stages and the wiring
+    use them through engine calls."""
+    uses = _scheduling_by_module()
+    outside = {m: u for m, u in uses.items() if not _in_engine(m)}
+    assert outside == _THREADS_OUTSIDE_THE_ENGINE
+    assert {"ThreadPoolExecutor", "threadpool_limits", "freeze"} <= uses[
+        "distprompt.engine.pools"
+    ] | uses["distprompt.engine.threads"]
+    assert {"subprocess", "Thread"} <= uses["distprompt.engine.background"]
+
+
+def test_the_scheduling_check_finds_what_it_looks_for() -> None:
+    tree = ast.parse(
+        "import subprocess\nfrom threadpoolctl import threadpool_limits\n"
+        "import gc\ndef f():\n    gc.freeze()\n"
+    )
+    assert _scheduling_uses(tree) == {"subprocess", "threadpoolctl", "threadpool_limits", "freeze"}
+    assert _scheduling_uses(ast.parse("import threading\nthreading.Lock()")) == set()
 
 
 def test_cli_imports_only_the_front_door() -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from distprompt import Suite, build_suite, inspect_corpus
 from distprompt.cli import main
+from distprompt.engine import SIDE_THREADS
 from distprompt.errors import DataError, InputError, TokenizerError
 
 from factories import chat_rows, make_corpus, write_shard
@@ -309,7 +310,7 @@ def test_a_refusal_beside_selection_in_a_thread_drops_the_sources_not_started(
             build_suite(data, tokenizer=qwen_dir, per_source=3, recover_turns=False, workers=1)
     finally:
         gate.set()
-    assert 1 <= len(started) <= schedule.SELECT_THREADS < 3
+    assert 1 <= len(started) <= SIDE_THREADS < 3
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""The thread scheduler of selection (``pipeline.schedule.Fitting``): large pools not selected
-at once."""
+"""The engine's thread scheduler (``engine.threads.Fitting``, selection's in the export): large
+pools not selected at once."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 import pytest
 
-from distprompt.pipeline.schedule import Fitting
+from distprompt.engine.threads import Fitting
 
 
 def _recorder() -> tuple[dict[str, list], threading.Lock]:

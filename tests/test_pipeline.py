@@ -209,16 +209,18 @@ def test_selection_and_plots_in_worker_processes_write_the_same_files(
             real_close(self)
 
         monkeypatch.setattr(schedule.EarlySelection, "close", close_when_done)
+    from distprompt.engine import pools as engine_pools
+
     pools: list[str] = []
-    real_pool = schedule.selection_pool
+    real_pool = engine_pools.open_pool
 
     @contextlib.contextmanager
-    def recording(n: int, **kw):  # type: ignore[no-untyped-def]
-        with real_pool(n, **kw) as pool:
+    def recording(side, **kw):  # type: ignore[no-untyped-def]
+        with real_pool(side, **kw) as pool:
             pools.append(type(pool).__name__)
             yield pool
 
-    monkeypatch.setattr(schedule, "selection_pool", recording)
+    monkeypatch.setattr(engine_pools, "open_pool", recording)
     with caplog.at_level("INFO", logger="distprompt.pipeline"):
         one = build_suite(corpus, tokenizer=qwen_dir, per_source=5, seed=3, workers=1)
     if during_pass:  # read back and decoded in the thread too
@@ -490,6 +492,7 @@ _THREADS_SCRIPT = r"""
 import json, sys
 import numpy  # numpy's OpenBLAS only: scipy's is loaded later, as in a pass
 from threadpoolctl import threadpool_info
+from distprompt.engine.pools import SidePool, open_pool
 from distprompt.pipeline import schedule
 
 assert "scipy.linalg" not in sys.modules, "scipy imported before the pool"
@@ -498,7 +501,7 @@ def fake_select(cands, quota, config, stats, heavy=(), shards=None):
     seen["threads"] = [(i["user_api"], i["num_threads"]) for i in threadpool_info()]
     return [], None
 schedule.select_source = fake_select
-with schedule.selection_pool(1) as pool:  # entered before scipy is imported, as the early one
+with open_pool(SidePool.for_workers(1)) as pool:  # before scipy is imported, as the early one
     pool.submit(schedule.select_job, "s", None, None, None, []).result()
 print(json.dumps(seen["threads"]))
 """

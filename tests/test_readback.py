@@ -55,7 +55,7 @@ def _job(part: Partial, source: str) -> list[Candidate]:
         heavy_candidates(part, source),
         part.shards,
     )
-    return [c for c, _, _, _ in chosen]
+    return [c.candidate for c in chosen]
 
 
 def _seen(c: Candidate) -> tuple[Any, ...]:

@@ -11,10 +11,26 @@ it is closed. Merging the results is the stage's.
 - ``engine/local.py``: the local process pool (:func:`process_pool`), the order tasks are
   handed to it, the map over it and the one in this process.
 - ``engine/cluster.py``: Ray (:func:`connect_ray`, :func:`ray_map`, :class:`UnitFailure`).
+- ``engine/pools.py``: the pool beside the caller's thread, its kind decided once
+  (:class:`SidePool`, :attr:`Schedule.side_pool`: threads or forked processes) and opened by
+  :func:`open_pool`.
+- ``engine/threads.py``: BLAS and OpenMP on one thread (:func:`one_thread`,
+  :func:`one_openmp_thread`), and :class:`Fitting`, which starts a thread pool's jobs once
+  their weights fit.
+- ``engine/background.py``: imports warmed in a thread (:func:`start_warm_imports`,
+  :func:`join_warm_imports`) and fresh helper processes serving one pickled request
+  (:class:`Helpers`).
 
 The package imports only ``config`` and ``errors``; every stage and the wiring may import it.
 """
 
+from distprompt.engine.background import (
+    Helpers,
+    Served,
+    import_quietly,
+    join_warm_imports,
+    start_warm_imports,
+)
 from distprompt.engine.cluster import (
     MAX_RETRIES,
     UnitFailure,
@@ -23,20 +39,35 @@ from distprompt.engine.cluster import (
     ray_unit_bytes,
 )
 from distprompt.engine.local import process_pool, run_order, terminate_pool
+from distprompt.engine.pools import HERE, SIDE_THREADS, SidePool, forked_pool, open_pool
 from distprompt.engine.schedule import DEFAULT_SCHEDULE, UNIT_BYTES, Schedule, Task, run
+from distprompt.engine.threads import Fitting, one_openmp_thread, one_thread
 
 __all__ = [
     "DEFAULT_SCHEDULE",
+    "HERE",
     "MAX_RETRIES",
+    "SIDE_THREADS",
     "UNIT_BYTES",
+    "Fitting",
+    "Helpers",
     "Schedule",
+    "Served",
+    "SidePool",
     "Task",
     "UnitFailure",
     "connect_ray",
+    "forked_pool",
+    "import_quietly",
+    "join_warm_imports",
+    "one_openmp_thread",
+    "one_thread",
+    "open_pool",
     "process_pool",
     "ray_map",
     "ray_unit_bytes",
     "run",
     "run_order",
+    "start_warm_imports",
     "terminate_pool",
 ]

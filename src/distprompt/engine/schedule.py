@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 from distprompt.config import ENGINES, Engine, require_engine
 from distprompt.engine.cluster import UnitFailure, on_ray, ray_unit_bytes
 from distprompt.engine.local import in_processes, in_this_process
+from distprompt.engine.pools import SidePool
 from distprompt.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -85,6 +86,13 @@ class Schedule:
         """Whether ``n_tasks`` tasks run in local worker processes."""
         wanted = self.workers > 1 or bool(self.processes)
         return self.engine == "local" and wanted and (n_tasks > 1 or bool(self.processes))
+
+    @property
+    def side_pool(self) -> SidePool:
+        """The pool that works beside the caller's thread (the export's selection while the main
+        thread checks and decodes): threads for one or two workers, forked processes for more
+        (:meth:`~distprompt.engine.pools.SidePool.for_workers`)."""
+        return SidePool.for_workers(self.workers)
 
     def ordered(self, n_tasks: int) -> bool:
         """Whether :func:`run` gives the results of ``n_tasks`` tasks in task order (in this

@@ -24,6 +24,7 @@ from distprompt.choose.stratify import Quota
 from distprompt.config import Config, OnError, resolve
 from distprompt.corpus import CorpusInfo, corpus_info
 from distprompt.engine import Schedule
+from distprompt.engine.background import join_warm_imports, start_warm_imports
 from distprompt.errors import InputError, TokenizerError, api_spelling
 from distprompt.pipeline import plots as plots_mod
 from distprompt.pipeline import schedule
@@ -130,7 +131,7 @@ def build_suite(
         shards = found.shards
         # On a large corpus the sources are selected beside this thread, which runs the
         # tokenizer checks meanwhile and decodes each source once selected: in two threads
-        # with one or two workers, in forked worker processes with more (schedule.selection_pool).
+        # with one or two workers, in forked worker processes with more (Schedule.side_pool).
         # Either way the plots are drawn in two fresh processes while the last items are
         # decoded and the other files written.
         sel = schedule.start_selection(part, config, stack, early_sel, shards)
@@ -340,7 +341,7 @@ def _run_pass(
 
     def started() -> None:
         if big:
-            schedule.start_warm_imports()
+            start_warm_imports(schedule.SELECTION_IMPORTS)
         if loading is not None:
             loading.start()
 
@@ -456,7 +457,7 @@ def _where_selected(config: Config, parallel: bool) -> str:
     """Where the sources were selected, for the log."""
     if not parallel:
         return "in this process"
-    if config.workers <= schedule.SELECT_THREADS:
+    if Schedule.of(config).side_pool.kind == "threads":
         return "selection in threads"
     return f"selection in {config.workers} worker processes"
 
@@ -483,7 +484,7 @@ def _loaded_checks(
             f"tokenizer {tinfo.name!r}: what was read without transformers differs from "
             f"the loaded tokenizer ({differ}); DATA is read again with the loaded one's"
         )
-        schedule.join_warm_imports()  # no import in flight while worker processes fork
+        join_warm_imports()  # no import in flight while worker processes fork
         return tok, tinfo, real, True
     return tok, tinfo, checks, False
 

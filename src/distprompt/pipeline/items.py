@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -57,8 +57,23 @@ def _slug(s: str) -> str:
     return out[:40] or "source"
 
 
-#: A selected candidate and its cluster index, cluster size and weight.
-Pick = tuple[Candidate, int, int, float, str]
+class Pick(NamedTuple):
+    """A selected candidate read back, with its item's cluster number (it pickles: Ray tasks
+    decode batches of them).
+
+    Attributes:
+        candidate: The representative, its prompt and first response read back.
+        cluster: The item's cluster number within its source (its place in the selection).
+        size: Its cluster's size.
+        weight: The corpus rows it stands for.
+        stratum: The stratum it was picked in.
+    """
+
+    candidate: Candidate
+    cluster: int
+    size: int
+    weight: float
+    stratum: str
 
 
 def read_back(chosen: Sequence[Chosen], shards: Sequence[Shard], config: Config) -> list[Chosen]:
@@ -69,22 +84,17 @@ def read_back(chosen: Sequence[Chosen], shards: Sequence[Shard], config: Config)
     Raises:
         InputError: A shard cannot be read, or changed since the pass.
     """
-    loaded = load_candidates([c for c, _, _, _ in chosen], shards, seed=config.seed)
-    return [
-        (cand, size, weight, stratum)
-        for cand, (_, size, weight, stratum) in zip(loaded, chosen, strict=True)
-    ]
+    loaded = load_candidates([c.candidate for c in chosen], shards, seed=config.seed)
+    return [c._replace(candidate=cand) for cand, c in zip(loaded, chosen, strict=True)]
 
 
 def picks_of(chosen: Sequence[Chosen], shards: Sequence[Shard], config: Config) -> list[Pick]:
     """A source's selection ``(candidate, cluster size, weight)`` read back from its shards
     (but the candidates :func:`read_back` read already), with each item's cluster number."""
-    loaded = load_candidates([c for c, _, _, _ in chosen], shards, seed=config.seed)
+    loaded = load_candidates([c.candidate for c in chosen], shards, seed=config.seed)
     return [
-        (cand, cluster, size, weight, stratum)
-        for cluster, (cand, (_, size, weight, stratum)) in enumerate(
-            zip(loaded, chosen, strict=True)
-        )
+        Pick(cand, cluster, c.size, c.weight, c.stratum)
+        for cluster, (cand, c) in enumerate(zip(loaded, chosen, strict=True))
     ]
 
 
@@ -92,16 +102,16 @@ def make_batch(picks: Sequence[Pick], shared: tuple[Any, Any, Config]) -> list[S
     tokenizer, profile, config = shared
     return [
         make_item(
-            cand,
-            cluster=cluster,
-            size=size,
-            weight=weight,
-            stratum=stratum,
+            p.candidate,
+            cluster=p.cluster,
+            size=p.size,
+            weight=p.weight,
+            stratum=p.stratum,
             tokenizer=tokenizer,
             profile=profile,
             config=config,
         )
-        for cand, cluster, size, weight, stratum in picks
+        for p in picks
     ]
 
 

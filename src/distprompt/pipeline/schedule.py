@@ -1,8 +1,9 @@
-"""Where an export's work runs: the selection pool (threads, or forked processes that share the
-pass's pools), the early selection that starts while the pass still reads, the thread scheduler
-that keeps large pools from being selected at once, the plot processes, and the warm-up of the
-heavy imports. The stage work itself comes in as plain functions
-(:func:`~distprompt.pipeline.sources.select_source`, :func:`~distprompt.pipeline.items.make_items`).
+"""When an export's selection runs, through the engine's pools (:mod:`distprompt.engine.pools`,
+:mod:`distprompt.engine.threads`): the early selection that starts while the pass still reads,
+every source's selection submitted once the pass is over (the largest pools first, large pools
+not at once in threads), and the order its results are read back and decoded in. The stage work
+itself comes in as plain functions (:func:`~distprompt.pipeline.sources.select_source`,
+:func:`~distprompt.pipeline.items.make_items`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,8 @@ from distprompt._heap import trim_heap
 from distprompt.choose.stratify import Quota
 from distprompt.choose.vectorize import FEATURE_BUDGET
 from distprompt.config import Config
+from distprompt.engine import Schedule, SidePool, pools
+from distprompt.engine.threads import Fitting, one_openmp_thread, one_thread
 from distprompt.errors import ConfigError
 from distprompt.pipeline.items import (
     Pick,
@@ -41,40 +44,9 @@ from distprompt.recover.decode import TokenizerInfo
 from distprompt.write.metrics import SourceEvidence
 
 if TYPE_CHECKING:
-    from concurrent.futures import Executor, Future, ProcessPoolExecutor
+    from concurrent.futures import Executor, Future
 
 logger = logging.getLogger("distprompt.pipeline")
-
-
-def one_thread() -> Any:
-    """BLAS on one thread for selection, for the whole process: its matrices are small, and on
-    a machine whose cores are busy (other work, the pass's workers) extra BLAS threads spin
-    against each other. The numbers do not change (the pinned-output test holds). OpenMP's
-    limit holds for one thread only: each thread that selects sets it (:func:`one_openmp_thread`).
-
-    threadpoolctl limits the libraries loaded when it is called, and only from the thread that
-    set the first limit (OpenBLAS's thread pool is the process's). So scipy's BLAS, the one
-    scikit-learn's SVD and k-means call, is imported first (0.2 s): the early selection's pool is
-    entered while the warm imports still run in another thread, which left scipy's OpenBLAS on
-    two threads beside the pass, spinning — measured on the benchmark corpus, three interleaved
-    runs: the one-worker export's main process used 13.6-13.9 s of CPU, 9.5-10.1 s with one
-    thread, and the export took 11.1 s, 9.0-9.6 s.
-    """
-    import scipy.linalg  # noqa: F401
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=1, user_api="blas")
-
-
-@contextlib.contextmanager
-def one_openmp_thread() -> Iterator[None]:
-    """OpenMP on one thread in this thread (its limit is per thread), once what loads it is
-    imported (in another thread, the warm imports may still run)."""
-    from threadpoolctl import threadpool_limits
-
-    _warm_imports()
-    with threadpool_limits(limits=1, user_api="openmp"):
-        yield
 
 
 #: Corpora at least this large are read in a worker process while this one warms imports.
@@ -97,33 +69,17 @@ def is_large(shards: Sequence[Shard]) -> bool:
     return sum(held) >= OVERLAP_BYTES
 
 
-def _warm_imports() -> None:
-    """Import what selection uses (seconds): while the pass still runs, and before selection
-    limits OpenMP to one thread (:func:`one_openmp_thread`). Not matplotlib: on a
-    corpus this large the plots are drawn in a process of their own (importing it here cost
-    0.9 s of CPU beside the pass and ~30 MB that forked workers share, for nothing)."""
-    try:
-        import scipy.sparse  # noqa: F401
-        import sklearn.cluster
-        import sklearn.decomposition
-        import sklearn.feature_extraction.text  # noqa: F401
-    except Exception:  # imported again (and reported) where they are used
-        pass
-
-
-#: The warm-imports threads started, joined before this process forks again.
-_WARMING: list[threading.Thread] = []
-
-
-def start_warm_imports() -> None:
-    thread = threading.Thread(target=_warm_imports, name="distprompt-imports", daemon=True)
-    thread.start()
-    _WARMING.append(thread)
-
-
-def join_warm_imports() -> None:
-    while _WARMING:
-        _WARMING.pop().join()
+#: What selection imports (seconds): warmed in a thread while the pass still runs
+#: (:func:`~distprompt.engine.background.start_warm_imports`), and imported before selection
+#: limits OpenMP to one thread (:func:`~distprompt.engine.threads.one_openmp_thread`). Not
+#: matplotlib: on a corpus this large the plots are drawn in a process of their own (importing
+#: it here cost 0.9 s of CPU beside the pass and ~30 MB that forked workers share, for nothing).
+SELECTION_IMPORTS = (
+    "scipy.sparse",
+    "sklearn.cluster",
+    "sklearn.decomposition",
+    "sklearn.feature_extraction.text",
+)
 
 
 #: The pools being selected from, for worker processes forked from this one (see select_job).
@@ -150,7 +106,10 @@ def select_job(
         InputError: A shard of a pick cannot be read, or changed since the pass.
     """
     in_process = threading.current_thread() is threading.main_thread()
-    with one_thread() if in_process else contextlib.nullcontext(), one_openmp_thread():
+    with (
+        one_thread() if in_process else contextlib.nullcontext(),
+        one_openmp_thread(SELECTION_IMPORTS),
+    ):
         try:
             got = _SELECTING[source] if cands is None else cands
             chosen, evidence = select_source(
@@ -238,7 +197,9 @@ class EarlySelection:
         except ConfigError:
             return  # raised after the pass, as without
         if self.pool is None:
-            self.pool = self._stack.enter_context(selection_pool(1))
+            # the schedule's side pool (one worker: threads, one at work during the pass)
+            side = Schedule.of(self._config).side_pool
+            self.pool = self._stack.enter_context(pools.open_pool(side))
         pool = self.pool
         assert pool is not None
         for s in sorted(ready, key=lambda s: (-len(part.pools[s]), s)):
@@ -344,72 +305,6 @@ class EarlySelection:
         return kept
 
 
-#: Selection threads with one or two workers (with one, only one of them at work during the pass:
-#: :class:`EarlySelection`).
-SELECT_THREADS = 2
-
-
-@contextlib.contextmanager
-def selection_pool(workers: int) -> Iterator[Executor | None]:
-    """Where the sources are selected while this thread runs the tokenizer checks and decodes
-    the sources already selected: :data:`SELECT_THREADS` threads for 1 or 2 workers, ``workers``
-    forked processes for more, None for 0 (all of it here, one after another).
-
-    Threads copy no pages, and selection's numpy and scipy work and the tokenizer's Rust code
-    leave the interpreter lock often enough for two of them to overlap: measured on the
-    benchmark corpus with two workers, the export took as long as with two forked processes
-    (17.6 / 19.0 s against 18.9 / 19.1 s) and its peak memory was 600 MB PSS against 663-672
-    (559-575 MB once two large pools were no longer selected at once: :class:`Fitting`).
-    With more cores, processes (the lock would hold more threads back; not measured here).
-    """
-    if workers < 1:
-        yield None
-        return
-    if workers > SELECT_THREADS:
-        with forked_pool(workers) as procs:
-            yield procs
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    # BLAS on one thread for the whole time the selection threads run: threadpoolctl's BLAS
-    # limits are the process's, so they are set (and restored) here, not by each thread.
-    with one_thread():
-        pool = ThreadPoolExecutor(SELECT_THREADS, thread_name_prefix="distprompt-select")
-        try:
-            yield pool
-        except BaseException:
-            # An error or Ctrl-C: the sources not started are dropped (a thread cannot be
-            # stopped, so the one under way ends first, a few seconds at most).
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        pool.shutdown(wait=True)
-
-
-@contextlib.contextmanager
-def forked_pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
-    """``workers`` processes forked from this one (None for 0), for the work after the pass.
-
-    Objects that exist when the pool starts are left out of the garbage collector's walks
-    until it is done with: a walk in a forked worker writes to every object it visits, which
-    copies the pages it shares with this process (the tokenizer, the imports, the pools).
-    """
-    if workers < 1:
-        yield None
-        return
-    join_warm_imports()  # a fork while another thread imports can deadlock the child
-    import gc
-
-    from distprompt.engine import process_pool
-
-    trim_heap()
-    gc.freeze()  # the workers are forked as the first tasks are submitted, in the body
-    try:
-        with process_pool(workers) as pool:
-            yield pool
-    finally:
-        gc.unfreeze()
-
-
 #: Feature tokens (:data:`~distprompt.choose.vectorize.FEATURE_BUDGET` bounds a pool's) the pools
 #: selected at once in threads may hold between them: one pool at its bound and a smaller one, not
 #: two large ones (measured on the benchmark corpus: the 18k-candidate pool's selection peaks at
@@ -417,84 +312,26 @@ def forked_pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
 _SELECT_TOKENS = FEATURE_BUDGET * 3 // 2
 
 
-class Fitting:
-    """Jobs on a thread pool, each started by the first free thread once its weight fits: the
-    weights of the jobs under way and its own at most ``limit`` between them (a job alone
-    always starts). Among the jobs that fit, the first submitted starts first. The futures are
-    this class's own; one still waiting can be cancelled."""
-
-    def __init__(self, pool: Executor, limit: int) -> None:
-        self._pool = pool
-        self._limit = limit
-        self._cond = threading.Condition()
-        self._waiting: list[tuple[Future[Any], int, Callable[..., Any], tuple[Any, ...]]] = []
-        self._used = 0
-        self._running = 0
-
-    def submit(self, weight: int, fn: Callable[..., Any], *args: Any) -> Future[Any]:
-        from concurrent.futures import Future
-
-        fut: Future[Any] = Future()
-        with self._cond:
-            self._waiting.append((fut, weight, fn, args))
-            self._cond.notify_all()  # a thread waiting for a job that fits may take this one
-        self._pool.submit(self._run_next)  # one task a job: each runs whichever fits first
-        return fut
-
-    def _take(self) -> tuple[Future[Any], int, Callable[..., Any], tuple[Any, ...]] | None:
-        """The first waiting job that fits (the lock held), or None."""
-        for i, job in enumerate(self._waiting):
-            if job[0].cancelled():
-                continue
-            if self._running == 0 or self._used + job[1] <= self._limit:
-                del self._waiting[i]
-                return job
-        self._waiting = [j for j in self._waiting if not j[0].cancelled()]
-        return None
-
-    def _run_next(self) -> None:
-        with self._cond:
-            while (job := self._take()) is None and self._waiting:
-                self._cond.wait()
-            if job is None:
-                return  # the others took every job
-            fut, weight, fn, args = job
-            if not fut.set_running_or_notify_cancel():
-                return
-            self._used += weight
-            self._running += 1
-        try:
-            fut.set_result(fn(*args))
-        except BaseException as exc:  # the caller gets it from the future
-            fut.set_exception(exc)
-        finally:
-            with self._cond:
-                self._used -= weight
-                self._running -= 1
-                self._cond.notify_all()
-
-
 def submit_selection(
     part: Partial,
     quotas: dict[str, Quota],
     config: Config,
     pool: Executor,
+    side: SidePool,
     done: Sequence[str] = (),
 ) -> dict[Future[Any], str]:
     """Every source's selection but those ``done`` (submitted during the pass), submitted to
-    ``pool`` (:func:`selection_pool`), the largest pools first.
+    ``pool``, the one ``side`` names (the schedule's
+    :attr:`~distprompt.engine.Schedule.side_pool`), the largest pools first.
 
     Forked workers find the pools in :data:`_SELECTING` (the workers of a fork pool are all
     forked at the first submit); :func:`select_and_decode` empties it once they are done.
     Threads are handed them, and start a source once it fits beside those under way
-    (:class:`Fitting`, :data:`_SELECT_TOKENS`).
+    (:class:`~distprompt.engine.threads.Fitting`, :data:`_SELECT_TOKENS`).
     """
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     left = [s for s in part.stats if s not in done]
     largest_first = sorted(left, key=lambda s: (-len(part.pools[s]), s))
-    if not isinstance(pool, ProcessPoolExecutor):  # threads: the pools' matrices in this process
+    if side.kind == "threads":  # the pools' matrices in this process
         fitting = Fitting(pool, _SELECT_TOKENS)
         out = {}
         for s in largest_first:
@@ -503,7 +340,7 @@ def submit_selection(
             args = (s, quotas[s], config, part.stats[s], part.pools[s], heavy, part.shards)
             out[fitting.submit(weight, select_job, *args)] = s
         return out
-    forked = multiprocessing.get_start_method() == "fork"
+    forked = side.shares_memory
     if forked:
         _SELECTING.update({s: part.pools[s] for s in largest_first})
     return {
@@ -571,7 +408,7 @@ def select_and_decode(
     # BLAS on one thread where this thread selects; a pool's thread or processes set it there.
     with one_thread() if submitted is None else contextlib.nullcontext():
         if submitted is None:
-            with one_openmp_thread():
+            with one_openmp_thread(SELECTION_IMPORTS):
                 for s in sources:
                     results[s] = select_source(
                         part.pools[s].candidates(),
@@ -639,24 +476,26 @@ def start_selection(
     shards: Sequence[Shard],
 ) -> Started:
     """Start selecting once the pass is done, while the main thread runs the tokenizer checks:
-    on a large corpus, in two threads with one or two workers, in forked worker processes with
-    more (:func:`selection_pool`), keeping what the early selection did and is still right."""
+    on a large corpus, in the schedule's side pool (two threads with one or two workers, forked
+    worker processes with more: :attr:`~distprompt.engine.Schedule.side_pool`), keeping what the
+    early selection did and is still right."""
     big = is_large(shards)
     early = early_quotas(part, config) if big else None
     parallel = early is not None
+    side = Schedule.of(config).side_pool if parallel else pools.HERE
     pool: Executor | None = None
     kept: dict[Future[Any], str] = {}
     if early_sel is not None:
         if parallel and early_sel.pool is not None:
             kept = early_sel.take(part, early or {})
-            pool = early_sel.pool  # what is left, in the same thread
+            pool = early_sel.pool  # what is left, in the same threads (the same side pool)
         else:
             early_sel.reset(wait=parallel)
     if pool is None:
-        pool = stack.enter_context(selection_pool(config.workers if parallel else 0))
+        pool = stack.enter_context(pools.open_pool(side))
     submitted = None
     if early is not None and pool is not None:
-        submitted = kept | submit_selection(part, early, config, pool, list(kept.values()))
+        submitted = kept | submit_selection(part, early, config, pool, side, list(kept.values()))
         if early_sel is not None:
             logger.info(
                 "submitted during the pass and still right: %d of %d sources (%d of them "

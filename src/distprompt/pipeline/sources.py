@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -62,9 +63,20 @@ def early_quotas(part: Partial, config: Config) -> dict[str, Quota] | None:
         return None
 
 
-#: A representative as selection hands it on: (candidate, cluster size, weight in corpus rows,
-#: stratum).
-Chosen = tuple[Candidate, int, float, str]
+class Chosen(NamedTuple):
+    """A representative as selection hands it on (it crosses process boundaries: it pickles).
+
+    Attributes:
+        candidate: The representative.
+        size: Its cluster's size (1 in the take-all stratum).
+        weight: The corpus rows it stands for.
+        stratum: The stratum it was picked in (``take-all`` or a length stratum's name).
+    """
+
+    candidate: Candidate
+    size: int
+    weight: float
+    stratum: str
 
 
 def select_source(
@@ -105,7 +117,7 @@ def select_source(
     fixed = [float(pool_keys[c.key].count if c.key in pool_keys else c.count) for c in taken]
     rest = [c for c in cands if c.key not in taken_keys]
     k_rest = min(k - len(taken), len(rest))
-    chosen: list[Chosen] = [(c, 1, f, "take-all") for c, f in zip(taken, fixed, strict=True)]
+    chosen = [Chosen(c, 1, f, "take-all") for c, f in zip(taken, fixed, strict=True)]
     if k_rest <= 0:
         members = taken
         ev = measure_source(
@@ -147,7 +159,7 @@ def select_source(
     if residual is not None:
         logger.debug("%s: calibration residual %s", rest[0].source, residual)
     chosen.extend(
-        (rest[i], size, float(wi), name)
+        Chosen(rest[i], size, float(wi), name)
         for i, size, wi, name in zip(idx, cluster_sizes, weights, names, strict=True)
     )
     n_rest = len(rest)
@@ -173,7 +185,7 @@ def _every_candidate(
     weighted by the rows it stands for."""
     counts = np.array([c.count for c in cands], dtype=np.float64)
     w = counts * rows / counts.sum()
-    every = [(c, 1, float(wi), "len1") for c, wi in zip(cands, w, strict=True)]
+    every = [Chosen(c, 1, float(wi), "len1") for c, wi in zip(cands, w, strict=True)]
     ev = measure_source(
         cands,
         range(len(cands)),
