@@ -175,9 +175,6 @@ _SCHEDULING_NAMES = {
     "freeze",
     "Thread",
 }
-#: Modules outside the engine known to start a thread of their own: the tokenizer loaded
-#: beside the pass (``recover/light.py``).
-_THREADS_OUTSIDE_THE_ENGINE = {"distprompt.recover.light": {"Thread"}}
 
 
 def _scheduling_uses(tree: ast.AST) -> set[str]:
@@ -212,7 +209,7 @@ def test_pools_thread_limits_and_helper_processes_are_the_engines() -> None:
     use them through engine calls."""
     uses = _scheduling_by_module()
     outside = {m: u for m, u in uses.items() if not _in_engine(m)}
-    assert outside == _THREADS_OUTSIDE_THE_ENGINE
+    assert outside == {}
     assert {"ThreadPoolExecutor", "threadpool_limits", "freeze"} <= uses[
         "distprompt.engine.pools"
     ] | uses["distprompt.engine.threads"]

@@ -129,3 +129,34 @@ def test_chosen_and_pick_are_named_records_that_pickle(
     assert (pick.cluster, pick.size, pick.weight, pick.stratum) == (4, size, weight, stratum)
     with pytest.raises(AttributeError):
         chosen.size = 2  # type: ignore[misc]
+
+
+def test_a_call_in_its_thread_gives_its_result_or_raises_in_the_caller() -> None:
+    import threading
+
+    from distprompt.engine.background import InThread
+
+    seen: list[str] = []
+
+    def work() -> int:
+        seen.append(threading.current_thread().name)
+        return 42
+
+    job = InThread(work, name="distprompt-test")
+    assert job.wait() is None and not job.started  # not started: nothing to wait for
+    job.start()
+    job.start()  # once
+    assert job.wait() == 42 and job.result() == 42 and seen == ["distprompt-test"]
+
+    here = InThread(work, name="unused")
+    assert here.result() == 42 and here.result() == 42  # never started: run here, once
+    assert seen == ["distprompt-test", threading.current_thread().name]
+
+    def fail() -> int:
+        raise ValueError("no tokenizer there")
+
+    bad = InThread(fail, name="distprompt-test")
+    bad.start()
+    assert bad.wait() is None
+    with pytest.raises(ValueError, match="no tokenizer there"):
+        bad.result()

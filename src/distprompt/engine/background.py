@@ -1,6 +1,6 @@
-"""Background work: modules imported in a thread while the caller goes on
-(:func:`start_warm_imports`, joined before a fork), and fresh Python processes that each serve
-one pickled request (:class:`Helpers`).
+"""Background work: one call in a thread while the caller goes on (:class:`InThread`), modules
+imported in a thread (:func:`start_warm_imports`, joined before a fork), and fresh Python
+processes that each serve one pickled request (:class:`Helpers`).
 """
 
 from __future__ import annotations
@@ -10,11 +10,20 @@ import importlib
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-__all__ = ["Helpers", "Served", "import_quietly", "join_warm_imports", "start_warm_imports"]
+__all__ = [
+    "Helpers",
+    "InThread",
+    "Served",
+    "import_quietly",
+    "join_warm_imports",
+    "start_warm_imports",
+]
+
+T = TypeVar("T")
 
 
 def import_quietly(modules: Sequence[str]) -> None:
@@ -42,6 +51,67 @@ def join_warm_imports() -> None:
     """Wait for the warm imports (a fork while another thread imports can deadlock the child)."""
     while _WARMING:
         _WARMING.pop().join()
+
+
+class InThread(Generic[T]):
+    """``fn()`` in a daemon thread of its own, started by :meth:`start` (once): seconds of work
+    (loading a tokenizer) that the caller need not wait for. :meth:`result` joins the thread,
+    or runs ``fn`` here when it never started, and raises what ``fn`` raised.
+
+    Example:
+        >>> job = InThread(lambda: 6 * 7, name="answer")
+        >>> job.start()
+        >>> job.result()
+        42
+    """
+
+    def __init__(self, fn: Callable[[], T], *, name: str) -> None:
+        self._fn = fn
+        self._name = name
+        self._thread: threading.Thread | None = None
+        self._out: T | None = None
+        self._error: BaseException | None = None
+        self._ran = False
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    def start(self) -> None:
+        """Start ``fn`` in its thread (once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._out = self._fn()
+        except BaseException as exc:  # re-raised in the caller's thread by result()
+            self._error = exc
+        self._ran = True
+
+    def wait(self) -> T | None:
+        """For another thread: ``fn``'s result once it is done (this waits), None if it failed
+        or was never started (:meth:`result` says why)."""
+        if self._thread is None:
+            return None
+        self._thread.join()
+        return self._out if self._error is None else None
+
+    def result(self) -> T:
+        """``fn``'s result (run here if never started).
+
+        Raises:
+            BaseException: What ``fn`` raised.
+        """
+        if self._thread is None:
+            if not self._ran:
+                self._run()
+        else:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._out  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, slots=True)

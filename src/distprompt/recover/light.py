@@ -20,7 +20,6 @@ import functools
 import json
 import logging
 import os
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -313,7 +312,8 @@ def _compile(template: str) -> Any:
 
 
 class BackgroundLoad:
-    """:func:`~distprompt.recover.decode.load_tokenizer` in a thread, while the pass runs.
+    """:func:`~distprompt.recover.decode.load_tokenizer` in a thread while the pass runs (an
+    :class:`~distprompt.engine.background.InThread`).
 
     Start it only once the pass's worker processes exist (``scan(on_started=...)``): a process
     forked while a thread imports ``transformers`` could inherit a held import lock.
@@ -327,34 +327,20 @@ class BackgroundLoad:
     """
 
     def __init__(self, spec: Any) -> None:
-        self._spec = spec
-        self._thread: threading.Thread | None = None
-        self._out: tuple[Any, Any] | None = None
-        self._error: BaseException | None = None
+        from distprompt.engine.background import InThread
+
+        self._job: InThread[tuple[Any, Any]] = InThread(
+            functools.partial(_load, spec), name="distprompt-tokenizer"
+        )
 
     def start(self) -> None:
         """Start loading in a daemon thread (once)."""
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._run, name="distprompt-tokenizer", daemon=True
-            )
-            self._thread.start()
-
-    def _run(self) -> None:
-        from distprompt.recover.decode import load_tokenizer
-
-        try:
-            self._out = load_tokenizer(self._spec)
-        except BaseException as exc:  # re-raised in the caller's thread by result()
-            self._error = exc
+        self._job.start()
 
     def loaded(self) -> tuple[Any, Any] | None:
         """For another thread: the loaded ``(tokenizer, TokenizerInfo)`` once loaded (this
         waits), None if the load failed or was not started (:meth:`result` says why)."""
-        if self._thread is None:
-            return None
-        self._thread.join()
-        return self._out if self._error is None else None
+        return self._job.wait()
 
     def result(self) -> tuple[Any, Any]:
         """The loaded ``(tokenizer, TokenizerInfo)``.
@@ -362,11 +348,10 @@ class BackgroundLoad:
         Raises:
             TokenizerError: As :func:`~distprompt.recover.decode.load_tokenizer`.
         """
-        if self._thread is None:
-            self._run()
-        else:
-            self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._out is not None
-        return self._out
+        return self._job.result()
+
+
+def _load(spec: Any) -> tuple[Any, Any]:
+    from distprompt.recover.decode import load_tokenizer
+
+    return load_tokenizer(spec)
