@@ -454,6 +454,18 @@ class TopReplies:
             return
         self._keys.add(cand.key)
 
+    def needs_reply(self, key: int) -> bool:
+        """Whether a row of ``key`` is kept and has no reply features yet."""
+        return key in self._keys and any(
+            c.key == key and c.reply is None for _, _, c in self._entries
+        )
+
+    def set_reply(self, key: int, reply: np.ndarray) -> None:
+        """Give the kept row of ``key`` its reply features (:func:`reply_features`)."""
+        e = self._entries
+        i = next(i for i, t in enumerate(e) if t[2].key == key)
+        e[i] = (e[i][0], e[i][1], replace(e[i][2], reply=reply))
+
     def merge(self, other: TopReplies) -> TopReplies:
         for _, _, c in other._entries:
             self.add(c)

@@ -13,6 +13,7 @@ import contextlib
 import functools
 import heapq
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -254,13 +255,13 @@ def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> No
     measure = pooled and part.replies and _in_reference(part, source, key)
     reply_ids = row.ids(start, end) if hold or measure else None
     reply = None
-    # a row the longest-reply tracker keeps carries its own features (it may be another row
-    # of the same prompt than the pool's); the others are measured when the unit ends, if
-    # they are still among its smallest keys
+    # measured when the unit ends, if still among its smallest keys (most rows that enter the
+    # unit's running bottom-m leave it again); a row the longest-reply tracker keeps carries
+    # its own features, so it is measured now when another row of its prompt already waits
     if (
         measure
         and reply_ids is not None
-        and (heavy or not _defer(part, source, key, prompt, reply_ids))
+        and not _defer(part, source, key, prompt, reply_ids, heavy=heavy)
     ):
         reply = reply_features(prompt, reply_ids)
     cand = Candidate(
@@ -291,17 +292,20 @@ def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> No
 
 def ref_size(unit: Unit) -> int:
     """The bottom-m a unit keeps for the reply-feature sample. A byte range of a shard holds
-    about its share of the shard's smallest keys: it keeps twice that share of
-    :data:`REPLY_SAMPLE` and a margin, and the few keys of the merged bottom-m it missed are
-    read back and measured at selection (:func:`measure_reference`), so the result does not
-    depend on the split. (One worker read the benchmark's 1.2 GB shard in 38 ranges, each
-    keeping a full bottom-512 then: every one of its 5,049 rows was measured.)"""
+    about its share of the shard's smallest keys (a binomial count: ``REPLY_SAMPLE * share``
+    on average): it keeps that mean and four standard deviations and a margin, and the few keys
+    of the merged bottom-m it missed are read back and measured at selection
+    (:func:`measure_reference`), so the result does not depend on the split. Every row a unit
+    keeps is measured (:func:`~distprompt.records.reply_features`), and the merge keeps only
+    :data:`REPLY_SAMPLE` of them: on the benchmark's 1.2 GB shard, 38 ranges of ~133 rows,
+    twice the share and 32 more (86 a range) measured 3,268 rows for 1,024 kept; this bound
+    (55 a range) measures 2,090."""
     size = unit.shard.size if unit.rows is None else unit.rows
     if unit.whole or size <= 0:
         return REPLY_SAMPLE
     end = size if unit.end is None else min(unit.end, size)
-    share = max(0, end - unit.start) / size
-    return min(REPLY_SAMPLE, int(2 * REPLY_SAMPLE * share) + 32)
+    mean = REPLY_SAMPLE * max(0, end - unit.start) / size
+    return min(REPLY_SAMPLE, int(mean + 4 * math.sqrt(mean)) + 8)
 
 
 def measure_reference(
@@ -357,12 +361,15 @@ def _in_reference(part: Partial, source: str, key: int) -> bool:
 PENDING_TOKENS = 4_000_000
 
 
-def _defer(part: Partial, source: str, key: int, prompt: np.ndarray, reply: np.ndarray) -> bool:
+def _defer(
+    part: Partial, source: str, key: int, prompt: np.ndarray, reply: np.ndarray, *, heavy: bool
+) -> bool:
     """Keep the row's prompt tail and reply to measure when the unit ends (True), or leave it
-    to be measured now (False: no room). A prompt seen before in the unit waits once."""
+    to be measured now (False: no room, or a row of the longest-reply tracker whose prompt
+    already waits with another row's reply). A prompt seen before in the unit waits once."""
     waiting = part.pending.setdefault(source, {})
     if key in waiting:
-        return True
+        return not heavy
     tail = prompt[-REPLY_PROMPT_TOKENS:]
     size = tail.shape[0] + reply.shape[0]
     if part.pending_tokens + size > PENDING_TOKENS:
@@ -378,9 +385,18 @@ def _settle_pending(part: Partial) -> None:
         pool = part.pools.get(source)
         if pool is None:
             continue
+        top = part.heavy.get(source)
         for key, (prompt, reply) in waiting.items():
-            if pool.needs_reply(key):
-                pool.set_reply(key, reply_features(prompt, reply))
+            # the tracker's entry of ``key``, when unmeasured, is the row that waits: a later
+            # row of the prompt that it kept instead was measured as it came (_defer)
+            in_top = top is not None and top.needs_reply(key)
+            if in_top or pool.needs_reply(key):
+                features = reply_features(prompt, reply)
+                if pool.needs_reply(key):
+                    pool.set_reply(key, features)
+                if in_top:
+                    assert top is not None
+                    top.set_reply(key, features)
     part.pending = {}
     part.pending_tokens = 0
 
