@@ -37,7 +37,6 @@ from distprompt.read.scan import (
 )
 from distprompt.read.shards import ShardSet, find_shards
 from distprompt.read.spill import WindowStore
-from distprompt.records import Shard, SuiteItem
 from distprompt.recover.ambiguity import settle_system_prompts
 from distprompt.recover.checks import (
     ROUND_TRIP_SAMPLE,
@@ -51,7 +50,6 @@ from distprompt.recover.checks import (
 )
 from distprompt.recover.decode import TokenizerInfo, load_tokenizer
 from distprompt.recover.light import BackgroundLoad, light_checks
-from distprompt.write.metrics import SourceEvidence
 from distprompt.write.out_dir import check_out_dir
 from distprompt.write.suite import Suite
 
@@ -146,10 +144,8 @@ def build_suite(
         _said_after_pass(spill, quotas, _warn)
 
         profile = _turn_profile(early_sel, tok, tinfo, config, _warn)
-        drawing, selected_counts, items, evidence = _selected_items(
-            part, quotas, config, shards, tok=tok, profile=profile, warn=_warn,
-            started=sel, early_sel=early_sel,
-        )  # fmt: skip
+        job = schedule.Selecting(part, quotas, config, shards, tok, profile, _warn)
+        drawing, (selected_counts, items, evidence) = _selected_items(job, sel, early_sel)
     report = drawing.report(evidence, items)
     if verdict.mismatch is not None:
         # On top of every rendering of the report (report.md, report.html, the CLI line).
@@ -397,50 +393,33 @@ def _run_pass(
 
 
 def _selected_items(
-    part: Partial,
-    quotas: dict[str, Quota],
-    config: Config,
-    shards: Sequence[Shard],
-    *,
-    tok: Any,
-    profile: Any,
-    warn: Callable[[str], None],
+    job: schedule.Selecting,
     started: schedule.Started,
     early_sel: schedule.EarlySelection | None,
-) -> tuple[
-    plots_mod.ReportDrawing, dict[str, int], list[SuiteItem], dict[str, SourceEvidence | None]
-]:
+) -> tuple[plots_mod.ReportDrawing, schedule.Selected]:
     """Every source selected, read back and decoded (:func:`schedule.select_and_decode`), with
     the system prompts a template wrote into user turns settled; the plots are drawn as soon
     as every source is selected (stopped on an error).
 
     Returns:
-        The report's drawing, items selected per source, the items, the report's evidence.
+        The report's drawing and what was selected.
     """
+    config = job.config
     drawing = plots_mod.ReportDrawing(
-        stats=part.stats,
-        quotas=quotas,
+        stats=job.part.stats,
+        quotas=job.quotas,
         meta={"method": config.method, "seed": config.seed},
         max_output_tokens=config.max_output_tokens,
         big=started.big,
     )
     try:
         ready = early_sel.decoded(started.kept) if early_sel is not None else None
-        selected_counts, items, evidence = schedule.select_and_decode(
-            part,
-            quotas,
-            config,
-            shards,
-            tok=tok,
-            profile=profile,
-            warn=warn,
-            submitted=started.submitted,
-            on_selected=drawing.draw,
-            decoded=ready,
+        selected = schedule.select_and_decode(
+            job, submitted=started.submitted, on_selected=drawing.draw, decoded=ready
         )
         # A system prompt the template wrote into a user turn is read out of it only
         # with evidence from the source's items (recover/ambiguity.py).
-        items = settle_system_prompts(items, tok, profile)
+        items = settle_system_prompts(selected.items, job.tok, job.profile)
         if ready is not None and started.kept:
             logger.info(
                 "decoded during the pass: %d of the %d sources selected then",
@@ -450,7 +429,7 @@ def _selected_items(
     except BaseException:
         drawing.stop()
         raise
-    return drawing, selected_counts, items, evidence
+    return drawing, selected._replace(items=items)
 
 
 def _where_selected(config: Config, parallel: bool) -> str:

@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from distprompt._heap import trim_heap
 from distprompt.choose.stratify import Quota
@@ -358,19 +358,37 @@ def submit_selection(
     }
 
 
+@dataclass(frozen=True, slots=True)
+class Selecting:
+    """What selecting the sources, reading their picks back and decoding them needs: the
+    pass's result, the quotas, the options, the shards, the tokenizer with its learned template
+    (``profile``) and where warnings go."""
+
+    part: Partial
+    quotas: dict[str, Quota]
+    config: Config
+    shards: Sequence[Shard]
+    tok: Any
+    profile: Any
+    warn: Callable[[str], None]
+
+
+class Selected(NamedTuple):
+    """Items selected per source, the items (by source, then cluster), the report's
+    evidence per source."""
+
+    counts: dict[str, int]
+    items: list[SuiteItem]
+    evidence: dict[str, SourceEvidence | None]
+
+
 def select_and_decode(
-    part: Partial,
-    quotas: dict[str, Quota],
-    config: Config,
-    shards: Sequence[Shard],
+    job: Selecting,
     *,
-    tok: Any,
-    profile: Any,
-    warn: Callable[[str], None],
     submitted: dict[Future[Any], str] | None,
     on_selected: Callable[[dict[str, int], dict[str, SourceEvidence | None]], None],
     decoded: Callable[[str], tuple[list[Pick], list[SuiteItem]] | None] | None = None,
-) -> tuple[dict[str, int], list[SuiteItem], dict[str, SourceEvidence | None]]:
+) -> Selected:
     """Select each source's representatives, read them back and decode them.
 
     With ``submitted`` (:func:`submit_selection`), the sources are selected in worker
@@ -381,9 +399,9 @@ def select_and_decode(
     selected, before the last items are decoded (all of them, in this thread). ``decoded``
     gives a source's picks and items when they were made already (the same ones).
 
-    Returns:
-        Items selected per source, the items (by source, then cluster), the report's evidence.
     """
+    part, quotas, config, shards = job.part, job.quotas, job.config, job.shards
+    tok, profile = job.tok, job.profile
     sources = sorted(part.stats)
     picks: dict[str, list[Pick]] = {}
     evidence: dict[str, SourceEvidence | None] = {}
@@ -450,10 +468,10 @@ def select_and_decode(
                 tokenizer=tok,
                 profile=profile,
                 config=config,
-                warn=warn,
+                warn=job.warn,
             )
     counts = {s: len(picks[s]) for s in sources}
-    return counts, every, {s: evidence[s] for s in sources}
+    return Selected(counts, every, {s: evidence[s] for s in sources})
 
 
 @dataclass(frozen=True, slots=True)
