@@ -609,3 +609,20 @@ def test_rows_of_the_longest_reply_tracker_wait_too(
         for c in eager:
             if c.key in ref:
                 assert np.array_equal(c.reply, got[c.key])
+
+
+def test_released_pools_keep_their_counts(tmp_path: Path) -> None:
+    """Once every source is selected the pools' candidates are dropped (the export's memory
+    peak is in the stretch after it); the manifest's counts of each pool stay as they were."""
+    from distprompt.read.scan import scan
+
+    from factories import synthetic_corpus
+
+    root = synthetic_corpus(tmp_path / "d", {"a": 300, "b": 40})
+    part = scan(discover_shards(root), max_candidates=64, schedule=Schedule(workers=1))
+    before = {s: part.pool_counts(s) for s in ("a", "b")}
+    assert not before["a"].exact and before["b"].exact  # a KMV estimate beyond the pool
+    assert before["a"].candidates == 64 and before["b"].candidates == before["b"].unique
+    part.release_pools()
+    assert part.pools == {} and part.heavy == {}
+    assert {s: part.pool_counts(s) for s in ("a", "b")} == before

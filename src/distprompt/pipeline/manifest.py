@@ -185,7 +185,8 @@ def _source_entry(
     """A source's entry of the manifest: counts, length quantiles, its items' recovery and
     ambiguities, and its sampling design."""
     st = part.stats[src]
-    unique, exact = part.pools[src].distinct()
+    counted = part.pool_counts(src)
+    unique, exact = counted.unique, counted.exact
     fid: dict[str, int] = {}
     structure: dict[str, int] = {}
     ambiguous: dict[str, int] = {}
@@ -203,7 +204,7 @@ def _source_entry(
         "unique_prompts": unique,
         "unique_exact": exact,
         "duplicate_rows": max(0, st.rows - unique),
-        "candidates": len(part.pools[src]),
+        "candidates": counted.candidates,
         "target": quotas[src].target,
         "selected": selected.get(src, 0),
         "prompt_tokens": _quantiles(st.prompt_lengths),

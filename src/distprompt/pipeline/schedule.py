@@ -419,6 +419,7 @@ def select_and_decode(
             items[source] = make_batch(picks[source], (tok, profile, config))
 
     def all_selected(results: dict[str, Any]) -> None:
+        part.release_pools()  # what is left needs only the chosen candidates
         evidence.update({s: results[s][1] for s in sources})
         on_selected({s: len(results[s][0]) for s in sources}, evidence)
 
