@@ -115,6 +115,8 @@ def test_config_imports_no_stage() -> None:
 def test_base_records_and_errors_import_no_stage() -> None:
     assert GRAPH["distprompt.errors"] == set()
     assert GRAPH["distprompt.records"] <= {"distprompt.errors"}
+    # the manifest's records are read by write/, evaluate/ and benchmark/: they import no step
+    assert GRAPH["distprompt.manifest"] <= {"distprompt.errors"}
 
 
 @pytest.mark.parametrize("stage", ["choose", "write", "benchmark"])

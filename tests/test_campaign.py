@@ -350,20 +350,20 @@ def test_campaign(seed: int, qwen_tokenizer: Any, tmp_path: Path) -> None:
     assert not expect.blamed, ops
     assert skip or not expect.bad, (ops, sorted(expect.bad))
     m = suite.manifest
-    counts = m["counts"]
-    assert counts["rows"] == len(expect.valid), ops
-    assert sum(counts["skipped"].values()) == len(expect.bad), (ops, counts["skipped"])
-    for reason, first in counts["first_skipped"].items():
+    counts = m.counts
+    assert counts.rows == len(expect.valid), ops
+    assert sum(counts.skipped.values()) == len(expect.bad), (ops, counts.skipped)
+    for reason, first in counts.first_skipped.items():
         assert _where(first + ": ") in expect.bad, (ops, reason, first)
     markers = sum(why == "markers" for why in expect.bad.values())
-    assert sum(n for r, n in counts["skipped"].items() if r in MARKER_REASONS) == markers, ops
-    assert sum(s["rows"] for s in m["sources"].values()) == counts["rows"]
-    assert sum(s["rows"] for s in m["corpus"]["shards"]) == counts["rows"]
+    assert sum(n for r, n in counts.skipped.items() if r in MARKER_REASONS) == markers, ops
+    assert sum(s.rows for s in m.sources.values()) == counts.rows
+    assert sum(s.rows for s in m.corpus.shards) == counts.rows
     table = suite.summary()
-    if counts["skipped"]:
-        listed = ", ".join(f"{k}={v}" for k, v in counts["skipped"].items())
+    if counts.skipped:
+        listed = ", ".join(f"{k}={v}" for k, v in counts.skipped.items())
         assert f"skipped rows: {listed}" in table
-        assert any(w.startswith(f"skipped {len(expect.bad)} bad rows") for w in m["warnings"])
+        assert any(w.startswith(f"skipped {len(expect.bad)} bad rows") for w in m.warnings)
     else:
         assert "skipped rows" not in table
     for item in suite:
@@ -376,7 +376,7 @@ def test_campaign(seed: int, qwen_tokenizer: Any, tmp_path: Path) -> None:
             row["n_response_tokens"],
         )
         assert list(item.prompt_ids) == row["input_ids"][: row["n_prompt_tokens"]]
-    _cli(seed, data, tmp_path, skip=skip, ok=True, rows=counts["rows"])
+    _cli(seed, data, tmp_path, skip=skip, ok=True, rows=counts.rows)
 
 
 def _cli(seed: int, data: Path, tmp_path: Path, *, skip: bool, ok: bool, rows: int = 0) -> None:

@@ -20,6 +20,7 @@ from distprompt import Suite, build_suite, inspect_corpus
 from distprompt.cli import main
 from distprompt.engine import SIDE_THREADS
 from distprompt.errors import DataError, InputError, TokenizerError
+from distprompt.manifest import Manifest
 
 from factories import chat_rows, make_corpus, write_shard
 
@@ -149,13 +150,13 @@ def test_no_tokenizer_check_writes_with_the_verdict_recorded(
     code, err = _export(deepseek_data, qwen_dir, out, "--no-tokenizer-check", capsys=capsys)
     assert code == 0, err
     info = inspect_corpus(deepseek_data, tokenizer=qwen_dir)
-    m = orjson.loads((out / "manifest.json").read_bytes())
-    check = m["tokenizer_check"]
-    assert check["passed"] is False and check["enforced"] is False
-    assert check["mismatch"] == info.mismatch
-    assert check["checks"]["template_markers"]["failed"] == 12
-    assert m["config"]["check_tokenizer"] is False
-    assert any(w.startswith("tokenizer check failed") for w in m["warnings"])
+    m = Manifest.from_dict(orjson.loads((out / "manifest.json").read_bytes()))
+    check = m.tokenizer_check
+    assert check is not None and check.passed is False and check.enforced is False
+    assert check.mismatch == info.mismatch
+    assert check.checks["template_markers"].failed == 12
+    assert m.config["check_tokenizer"] is False
+    assert any(w.startswith("tokenizer check failed") for w in m.warnings)
     # on top of RUN.md (right below its title) and of the report
     run_md = (out / "RUN.md").read_text(encoding="utf-8").splitlines()
     assert run_md[0] == "# Running this suite"
@@ -169,7 +170,7 @@ def test_no_tokenizer_check_writes_with_the_verdict_recorded(
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"wrote 4 items to {out} — TOKENIZER CHECK FAILED"), last
     assert "only 0 of 4 items (0%) are token-exact" in last
-    assert Suite.load(out).manifest["tokenizer_check"]["passed"] is False
+    assert Suite.load(out).manifest.tokenizer_check.passed is False
 
 
 def test_no_tokenizer_check_in_the_library(qwen_data: Path, deepseek_dir: Path) -> None:
@@ -190,16 +191,18 @@ def test_matching_tokenizer_records_a_passed_verdict(
 ) -> None:
     for data, tok in ((qwen_data, qwen_dir), (deepseek_data, deepseek_dir)):
         suite = build_suite(data, tokenizer=tok, per_source=4, recover_turns=False)
-        check = suite.manifest["tokenizer_check"]
-        assert check["passed"] is True and check["enforced"] is True and check["mismatch"] is None
-        assert {c: v["passed"] for c, v in check["checks"].items()} == {
+        check = suite.manifest.tokenizer_check
+        assert check.passed is True and check.enforced is True and check.mismatch is None
+        assert {c: v.passed for c, v in check.checks.items()} == {
             "vocabulary": True,
             "template_markers": True,
             "round_trip": True,
         }
         info = inspect_corpus(data, tokenizer=tok)
         assert info.tokenizer is not None
-        assert check["checks"] == info.tokenizer.to_dict()["checks"]
+        assert {k: v.to_dict() for k, v in check.checks.items()} == info.tokenizer.to_dict()[
+            "checks"
+        ]
         assert suite.report is not None and not suite.report.summary.startswith("TOKENIZER")
 
 
@@ -230,12 +233,12 @@ def test_one_out_of_vocabulary_row_in_35_is_skipped(
     # skip: the 34 others are kept, the check passes on them
     suite = build_suite(data, tokenizer=tok_dir, per_source=5, recover_turns=False, on_error="skip")
     m = suite.manifest
-    assert m["counts"]["rows"] == 34
-    assert m["counts"]["skipped"] == {"id_out_of_vocab": 1}
-    assert m["counts"]["first_skipped"] == {"id_out_of_vocab": f"{SHARD}:21"}
-    vocab = m["tokenizer_check"]["checks"]["vocabulary"]
-    assert vocab["passed"] is True and vocab["failed"] == 1 and vocab["checked"] == 35
-    assert m["tokenizer_check"]["passed"] is True
+    assert m.counts.rows == 34
+    assert m.counts.skipped == {"id_out_of_vocab": 1}
+    assert m.counts.first_skipped == {"id_out_of_vocab": f"{SHARD}:21"}
+    vocab = m.tokenizer_check.checks["vocabulary"]
+    assert vocab.passed is True and vocab.failed == 1 and vocab.checked == 35
+    assert m.tokenizer_check.passed is True
     # the CLI: exit 2 with shard:line by default, 34 rows with --on-error skip
     out = tmp_path / "out"
     code, err = _export(data, tok_dir, out, "--no-turns", capsys=capsys)
@@ -277,7 +280,7 @@ def test_checks_beside_selection_say_the_same(
     )
     assert parallel._plots is not None  # the large-corpus path was taken
     assert parallel.manifest_bytes() == written.manifest_bytes()
-    assert parallel.manifest["warnings"][0].startswith("tokenizer check failed")
+    assert parallel.manifest.warnings[0].startswith("tokenizer check failed")
     a, b = written.save(tmp_path / "a"), parallel.save(tmp_path / "b")
     for name in ("suite.jsonl", "report.json", "RUN.md", "manifest.json"):
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
@@ -337,18 +340,18 @@ def test_a_row_without_the_markers_is_a_bad_row_not_a_wrong_tokenizer(
     data = _with_bad_rows(tmp_path, chat12, [cut, one])
     # skipping: the two rows are skipped and counted, the tokenizer passes
     suite = build_suite(data, tokenizer=qwen_dir, per_source=4, on_error="skip")
-    counts = suite.manifest["counts"]
-    assert counts["rows"] == 12 and suite.manifest["corpus"]["shards"][0]["rows"] == 12
-    assert counts["skipped"] == {"generation_prompt_missing": 1, "template_start_missing": 1}
-    assert counts["first_skipped"] == {
+    counts = suite.manifest.counts
+    assert counts.rows == 12 and suite.manifest.corpus.shards[0].rows == 12
+    assert counts.skipped == {"generation_prompt_missing": 1, "template_start_missing": 1}
+    assert counts.first_skipped == {
         "generation_prompt_missing": "s.jsonl:6",
         "template_start_missing": "s.jsonl:7",
     }
-    check = suite.manifest["tokenizer_check"]
-    assert check["passed"] is True and check["mismatch"] is None
-    markers = check["checks"]["template_markers"]
-    assert (markers["passed"], markers["failed"], markers["checked"]) == (True, 2, 14)
-    assert "too few to blame the tokenizer" in markers["detail"]
+    check = suite.manifest.tokenizer_check
+    assert check.passed is True and check.mismatch is None
+    markers = check.checks["template_markers"]
+    assert (markers.passed, markers.failed, markers.checked) == (True, 2, 14)
+    assert "too few to blame the tokenizer" in markers.detail
     assert all(it.provenance.line not in (6, 7) for it in suite)
     # raising: refused, as the row's problem, with its shard:line
     with pytest.raises(DataError) as ei:
@@ -387,8 +390,8 @@ def test_the_tokenizer_verdict_is_by_source(
         assert markers.passed is True and info.mismatch is None
         assert info.anomalies["template_start_missing"].skipped
         suite = build_suite(data, tokenizer=qwen_dir, per_source=4, on_error="skip")
-        assert suite.manifest["counts"]["skipped"] == {"template_start_missing": 2}
-        assert set(suite.manifest["sources"]) == {"chat"}
+        assert suite.manifest.counts.skipped == {"template_start_missing": 2}
+        assert set(suite.manifest.sources) == {"chat"}
         return
     assert markers.passed is False and info.mismatch is not None
     assert "template_markers check failed" in info.mismatch and "other: 4 of 4" in info.mismatch
@@ -401,8 +404,8 @@ def test_the_tokenizer_verdict_is_by_source(
     suite = build_suite(
         data, tokenizer=qwen_dir, per_source=4, on_error="skip", check_tokenizer=False
     )
-    assert suite.manifest["counts"]["rows"] == 12 + n_other
-    assert suite.manifest["counts"]["skipped"] == {}
+    assert suite.manifest.counts.rows == 12 + n_other
+    assert suite.manifest.counts.skipped == {}
 
 
 @pytest.mark.parametrize("first_bad", [True, False])

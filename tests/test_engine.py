@@ -102,11 +102,11 @@ def test_build_suite_and_inspect_on_ray_match_local_on_many_shards(
     local.save(tmp_path / "local")
     on_ray.save(tmp_path / "ray")
     assert _files(tmp_path / "local") == _files(tmp_path / "ray")
-    counts = on_ray.manifest["counts"]
-    assert counts["skipped"] == {"missing_loss_mask": 1}
-    assert counts["anomalies"]["blank_line"] == 1
-    assert "engine" not in on_ray.manifest["config"]  # how the pass ran, not what it computed
-    assert len(on_ray.manifest["corpus"]["shards"]) == 9
+    counts = on_ray.manifest.counts
+    assert counts.skipped == {"missing_loss_mask": 1}
+    assert counts.anomalies["blank_line"] == 1
+    assert "engine" not in on_ray.manifest.config  # how the pass ran, not what it computed
+    assert len(on_ray.manifest.corpus.shards) == 9
     ins_local = inspect_corpus(multi_shard, tokenizer=qwen_dir).to_dict(histograms=True)
     ins_ray = inspect_corpus(multi_shard, tokenizer=qwen_dir, engine="ray")
     assert ins_ray.to_dict(histograms=True) == ins_local

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from distprompt import build_suite
+from distprompt.manifest import Manifest
 from distprompt.records import SuiteItem
 from distprompt.recover.template import learn_template
 from distprompt.recover.turns import recover_turns
@@ -38,7 +39,7 @@ class Case:
     data: Path
     tokenizer: Any
     items: list[SuiteItem]
-    manifest: dict[str, Any]
+    manifest: Manifest
 
 
 @pytest.fixture(scope="session")
@@ -82,21 +83,21 @@ def test_tokens_share_per_tokenizer(case: Case) -> None:
 
 
 def test_every_source_mostly_tokens(case: Case) -> None:
-    for source, entry in case.manifest["sources"].items():
-        fid = entry["fidelity"]
-        assert fid.get("tokens", 0) >= MIN_TOKENS_SHARE * entry["selected"], (source, fid)
+    for source, entry in case.manifest.sources.items():
+        fid = entry.fidelity
+        assert fid.get("tokens", 0) >= MIN_TOKENS_SHARE * entry.selected, (source, fid)
 
 
 def test_manifest_fidelity_counts_add_up(case: Case) -> None:
     by_source: dict[str, Counter[str]] = {}
     for it in case.items:
         by_source.setdefault(it.source, Counter())[it.fidelity or "none"] += 1
-    for source, entry in case.manifest["sources"].items():
-        assert sum(entry["fidelity"].values()) == entry["selected"], source
-        assert entry["fidelity"] == dict(by_source.get(source, {})), source
+    for source, entry in case.manifest.sources.items():
+        assert sum(entry.fidelity.values()) == entry.selected, source
+        assert entry.fidelity == dict(by_source.get(source, {})), source
         structure = Counter(it.structure for it in case.items if it.source == source)
-        assert entry["structure"] == dict(structure), source
-    assert sum(e["selected"] for e in case.manifest["sources"].values()) == len(case.items)
+        assert entry.structure == dict(structure), source
+    assert sum(e.selected for e in case.manifest.sources.values()) == len(case.items)
 
 
 def test_non_tokens_items_say_why(case: Case) -> None:

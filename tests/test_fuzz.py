@@ -633,8 +633,8 @@ def test_full_build(tokenizer: Any, case: tuple[bytes, str, bytes | None, int], 
             assert n_bad or not valid, exc
             return
         assert skip or not n_bad
-        assert suite.manifest["counts"]["rows"] == len(valid)
-        assert sum(suite.manifest["counts"]["skipped"].values()) == n_bad
+        assert suite.manifest.counts.rows == len(valid)
+        assert sum(suite.manifest.counts.skipped.values()) == n_bad
         assert len(suite) == sum(min(3, n) for n in _unique_per_source(valid).values())
 
 

@@ -37,6 +37,7 @@ import zstandard
 import distprompt.write.out_dir
 from distprompt.cli import main
 from distprompt.errors import CorruptStreamError, DataError
+from distprompt.manifest import Manifest
 from distprompt.read.scan import scan
 from distprompt.read.shards import discover_shards, iter_lines, iter_rows
 from distprompt.read.tally import Tally
@@ -80,8 +81,8 @@ class Run:
     out: Path
 
     @property
-    def manifest(self) -> dict[str, Any]:
-        return orjson.loads((self.out / MANIFEST_NAME).read_bytes())
+    def manifest(self) -> Manifest:
+        return Manifest.from_dict(orjson.loads((self.out / MANIFEST_NAME).read_bytes()))
 
 
 @pytest.fixture
@@ -211,13 +212,13 @@ def test_bad_rows_skipped_by_the_cli(tmp_path: Path, export: Callable[..., Run])
     (data / "filler.jsonl").write_bytes(lines_of([make_row(i, "filler") for i in range(150)]))
     run = export(data, "--on-error", "skip")
     assert run.code == 0, run.err
-    counts = run.manifest["counts"]
+    counts = run.manifest.counts
     want = Counter(reason for _, _, reason, _ in CLI_CASES)
     want["invalid_json"] += 1
-    assert counts["skipped"] == dict(sorted(want.items()))
-    assert counts["rows"] == 4 * len(CLI_CASES) + 3 + 150
-    assert counts["first_skipped"]["duplicate_key"] == "cases/duplicate_escaped.jsonl:3"
-    shard_rows = {s["name"]: s["rows"] for s in run.manifest["corpus"]["shards"]}
+    assert counts.skipped == dict(sorted(want.items()))
+    assert counts.rows == 4 * len(CLI_CASES) + 3 + 150
+    assert counts.first_skipped["duplicate_key"] == "cases/duplicate_escaped.jsonl:3"
+    shard_rows = {s.name: s.rows for s in run.manifest.corpus.shards}
     assert shard_rows["cases/zz_truncated.jsonl"] == 3
     assert all(shard_rows[f"cases/{c[0]}.jsonl"] == 4 for c in CLI_CASES)
     # the counts are on stderr too, every reason named
@@ -235,8 +236,8 @@ def test_truncated_last_line(tmp_path: Path, export: Callable[..., Run]) -> None
     assert_one_error(export(data), "s.jsonl:5", "invalid JSON", "truncated")
     run = export(data, "--on-error", "skip")
     assert run.code == 0, run.err
-    assert run.manifest["counts"]["rows"] == 4
-    assert run.manifest["counts"]["skipped"] == {"invalid_json": 1}
+    assert run.manifest.counts.rows == 4
+    assert run.manifest.counts.skipped == {"invalid_json": 1}
 
 
 @pytest.mark.slow  # two exports
@@ -252,9 +253,9 @@ def test_out_of_vocabulary_rows_are_bad_rows(tmp_path: Path, export: Callable[..
     assert_one_error(export(data), "s.jsonl:3", "token ids below", "--on-error skip")
     run = export(data, "--on-error", "skip")
     assert run.code == 0, run.err
-    assert run.manifest["counts"]["rows"] == 2
-    assert run.manifest["counts"]["skipped"] == {"id_out_of_vocab": 18}
-    assert run.manifest["tokenizer_check"]["checks"]["vocabulary"]["passed"] is True
+    assert run.manifest.counts.rows == 2
+    assert run.manifest.counts.skipped == {"id_out_of_vocab": 18}
+    assert run.manifest.tokenizer_check.checks["vocabulary"].passed is True
 
 
 # --------------------------------------------------------------------------------------------
@@ -303,9 +304,9 @@ def test_blank_lines_crlf_and_bom(tmp_path: Path, export: Callable[..., Run]) ->
         assert body.count(b"\n", 0, r.provenance.offset) + 1 == r.provenance.line
     run = export(data)
     assert run.code == 0, run.err
-    assert run.manifest["counts"]["rows"] == 6
-    assert run.manifest["counts"]["anomalies"] == {"blank_line": 4}
-    assert run.manifest["counts"]["skipped"] == {}
+    assert run.manifest.counts.rows == 6
+    assert run.manifest.counts.anomalies == {"blank_line": 4}
+    assert run.manifest.counts.skipped == {}
 
 
 @pytest.mark.slow  # two exports with report (~5-7 s each)
@@ -320,10 +321,10 @@ def test_length_sum_mismatch_is_a_bad_row(tmp_path: Path, export: Callable[..., 
     assert not (tmp_path / "out").exists()
     run = export(data, "--on-error", "skip")
     assert run.code == 0, run.err
-    assert run.manifest["counts"]["rows"] == 4
-    assert run.manifest["counts"]["anomalies"] == {}
-    assert run.manifest["counts"]["skipped"] == {"length_sum_mismatch": 1}
-    assert run.manifest["counts"]["first_skipped"] == {"length_sum_mismatch": "s.jsonl:5"}
+    assert run.manifest.counts.rows == 4
+    assert run.manifest.counts.anomalies == {}
+    assert run.manifest.counts.skipped == {"length_sum_mismatch": 1}
+    assert run.manifest.counts.first_skipped == {"length_sum_mismatch": "s.jsonl:5"}
     assert "length_sum_mismatch: 1 (first at s.jsonl:5)" in run.err
 
 
@@ -435,7 +436,7 @@ def test_empty_shard(tmp_path: Path, export: Callable[..., Run]) -> None:
     run = export(data)
     assert run.code == 0, run.err
     assert "warning: empty.jsonl: an empty shard" in run.err
-    rows = {s["name"]: s["rows"] for s in run.manifest["corpus"]["shards"]}
+    rows = {s.name: s.rows for s in run.manifest.corpus.shards}
     assert rows == {"empty.jsonl": 0, "real.jsonl": 5}
 
 
@@ -488,9 +489,9 @@ def test_truncated_gz(tmp_path: Path, export: Callable[..., Run]) -> None:
     # skipping: every row before the cut is kept, the cut counted once
     run = export(path.parent, "--on-error", "skip")
     assert run.code == 0, run.err
-    assert run.manifest["counts"]["rows"] == whole
-    assert run.manifest["counts"]["skipped"] == {"corrupt_stream": 1}
-    assert run.manifest["counts"]["first_skipped"] == {"corrupt_stream": f"s.jsonl.gz:{whole + 1}"}
+    assert run.manifest.counts.rows == whole
+    assert run.manifest.counts.skipped == {"corrupt_stream": 1}
+    assert run.manifest.counts.first_skipped == {"corrupt_stream": f"s.jsonl.gz:{whole + 1}"}
 
 
 @pytest.mark.parametrize(
@@ -606,8 +607,8 @@ def test_symlink_loops(tmp_path: Path, export: Callable[..., Run]) -> None:
     (data / "up").symlink_to("..", target_is_directory=True)
     run = export(data)
     assert run.code == 0, run.err
-    assert run.manifest["counts"]["rows"] == 5
-    assert [s["name"] for s in run.manifest["corpus"]["shards"]] == ["A1_chat/tokenized_data.jsonl"]
+    assert run.manifest.counts.rows == 5
+    assert [s.name for s in run.manifest.corpus.shards] == ["A1_chat/tokenized_data.jsonl"]
     assert "symlink loop" in run.err
     # a shard-named symlink loop (or a dangling one) is refused, not passed over in silence
     (data / "x.jsonl").symlink_to(data / "y.jsonl")
@@ -634,14 +635,14 @@ def test_source_folder_without_a_shard_is_ignored_with_a_warning(
     (prepared / ".cache").mkdir()  # hidden: not worth a warning
     run = export(prepared)
     assert run.code == 0, run.err
-    assert run.manifest["counts"]["rows"] == 5
+    assert run.manifest.counts.rows == 5
     want = [
         "B1_code/: a folder without any *.jsonl, *.jsonl.gz, *.jsonl.zst, *.parquet or *.arrow "
         "shard (it holds 1 other file(s): tokenized_data.json), ignored",
         "C1_empty/: a folder without any *.jsonl, *.jsonl.gz, *.jsonl.zst, *.parquet or *.arrow "
         "shard (no file directly in it), ignored",
     ]
-    assert [w for w in run.manifest["warnings"] if "folder without" in w] == want
+    assert [w for w in run.manifest.warnings if "folder without" in w] == want
     for w in want:
         assert f"warning: {w}" in run.err
     assert ".cache" not in run.err
@@ -980,8 +981,8 @@ def test_parallel_workers_report_the_same_error(tmp_path: Path, export: Callable
     assert_one_error(run, "s1.jsonl:3", "expected seq_len == len(input_ids)")
     run = export(data, "--workers", "2", "--on-error", "skip")
     assert run.code == 0, run.err
-    assert run.manifest["counts"]["skipped"] == {"seq_len_mismatch": 1}
-    assert run.manifest["counts"]["rows"] == 14
+    assert run.manifest.counts.skipped == {"seq_len_mismatch": 1}
+    assert run.manifest.counts.rows == 14
 
 
 # --------------------------------------------------------------------------------------------

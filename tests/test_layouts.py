@@ -203,7 +203,7 @@ def test_a_system_prompt_is_read_out_on_the_sources_evidence(
                 assert it.messages[0]["role"] == "system"
         assert it.fidelity == "tokens"
     # counted in the manifest, the report and the summary line
-    counted = sum(sum(s["ambiguities"].values()) for s in suite.manifest["sources"].values())
+    counted = sum(sum(s.ambiguities.values()) for s in suite.manifest.sources.values())
     assert counted == sum(len(it.ambiguities) for it in items)
     assert suite.report is not None
     assert suite.report.overall["recovery"]["ambiguous"] == sum(
@@ -267,7 +267,7 @@ def test_corpus_comes_back_turn_for_turn(
             f"{kept}, tool calls {calls}, ambiguous {sum(bool(it.ambiguities) for it in items)}"
         )
     assert exact >= MIN_SHARE * len(items) and kept >= MIN_SHARE * len(items), (exact, kept)
-    counted = sum(sum(s["ambiguities"].values()) for s in suite.manifest["sources"].values())
+    counted = sum(sum(s.ambiguities.values()) for s in suite.manifest.sources.values())
     assert counted == sum(len(it.ambiguities) for it in items)
 
 

@@ -32,17 +32,17 @@ def test_counts_quota_and_shortfall(corpus: Path, qwen_dir: Path) -> None:
         by_source[it.source] = by_source.get(it.source, 0) + 1
     assert by_source == {"chat": 8, "code": 8, "tiny": 4}
     m = suite.manifest
-    assert m["sources"]["chat"]["rows"] == 60 + len(range(0, 60, 7))
-    assert m["sources"]["chat"]["unique_prompts"] == 60
-    assert m["sources"]["chat"]["duplicate_rows"] == len(range(0, 60, 7))
-    assert m["sources"]["tiny"]["selected"] == 4
+    assert m.sources["chat"].rows == 60 + len(range(0, 60, 7))
+    assert m.sources["chat"].unique_prompts == 60
+    assert m.sources["chat"].duplicate_rows == len(range(0, 60, 7))
+    assert m.sources["tiny"].selected == 4
     assert any("'tiny'" in w and "4 short" in w for w in warnings)
-    assert m["warnings"] == warnings
+    assert m.warnings == tuple(warnings)
     # weights (corpus rows represented) sum to the source's rows, cluster sizes to the candidates
     for src in by_source:
         items = [it for it in suite if it.source == src]
-        assert abs(sum(it.weight for it in items) - m["sources"][src]["rows"]) < 1e-6
-        assert sum(it.cluster_size for it in items) == m["sources"][src]["candidates"]
+        assert abs(sum(it.weight for it in items) - m.sources[src].rows) < 1e-6
+        assert sum(it.cluster_size for it in items) == m.sources[src].candidates
 
 
 def test_items_point_back_at_their_rows(corpus: Path, qwen_dir: Path, qwen_tokenizer) -> None:  # type: ignore[no-untyped-def]
@@ -65,9 +65,9 @@ def test_total_allocation(corpus: Path, qwen_dir: Path) -> None:
     suite = build_suite(
         corpus, tokenizer=qwen_dir, total=12, allocation="equal", recover_turns=False
     )
-    m = suite.manifest["sources"]
-    assert sum(s["target"] for s in m.values()) == 12
-    assert {s: v["target"] for s, v in m.items()} == {"chat": 4, "code": 4, "tiny": 4}
+    m = suite.manifest.sources
+    assert sum(s.target for s in m.values()) == 12
+    assert {s: v.target for s, v in m.items()} == {"chat": 4, "code": 4, "tiny": 4}
 
 
 def test_same_result_for_any_shard_order_and_workers(
@@ -135,10 +135,10 @@ def test_bad_row_policy(tmp_path: Path, qwen_dir: Path, qwen_tokenizer) -> None:
     suite = build_suite(
         tmp_path, tokenizer=qwen_dir, per_source=3, recover_turns=False, on_error="skip"
     )
-    assert suite.manifest["counts"]["rows"] == 20
-    assert suite.manifest["counts"]["skipped"] == {"seq_len_mismatch": 1}
-    assert suite.manifest["counts"]["first_skipped"] == {"seq_len_mismatch": "s.jsonl:11"}
-    assert any("skipped 1 bad rows" in w for w in suite.manifest["warnings"])
+    assert suite.manifest.counts.rows == 20
+    assert suite.manifest.counts.skipped == {"seq_len_mismatch": 1}
+    assert suite.manifest.counts.first_skipped == {"seq_len_mismatch": "s.jsonl:11"}
+    assert any("skipped 1 bad rows" in w for w in suite.manifest.warnings)
 
 
 def test_config_errors_before_reading(tmp_path: Path, qwen_dir: Path) -> None:
@@ -155,7 +155,7 @@ def test_save_load_roundtrip_and_refuse_occupied(
     out = suite.save(tmp_path / "out")
     back = Suite.load(out)
     assert [it.to_dict() for it in back] == [it.to_dict() for it in suite]
-    assert back.manifest["sources"] == suite.manifest["sources"]
+    assert back.manifest.sources == suite.manifest.sources
     df = back.to_polars()
     assert df.height == len(suite)
     assert {"id", "source", "prompt", "shard", "line", "offset", "weight"} <= set(df.columns)
@@ -395,13 +395,13 @@ def test_a_failed_plot_process_is_said_and_the_plots_drawn_here(
 def test_manifest_reports_template_and_fidelity(corpus: Path, qwen_dir: Path) -> None:
     suite = build_suite(corpus, tokenizer=qwen_dir, per_source=4)
     m = suite.manifest
-    assert m["template"]["generation_prompt"] == "<|im_start|>assistant\n"
-    assert m["template"]["drops_earlier_reasoning"] is True  # Qwen3 strips earlier <think>
+    assert m.template["generation_prompt"] == "<|im_start|>assistant\n"
+    assert m.template["drops_earlier_reasoning"] is True  # Qwen3 strips earlier <think>
     assert all(it.fidelity == "tokens" for it in suite)
-    assert m["fidelity_issues"] == []
-    assert sum(sum(s["fidelity"].values()) for s in m["sources"].values()) == len(suite)
+    assert m.fidelity_issues == ()
+    assert sum(sum(s.fidelity.values()) for s in m.sources.values()) == len(suite)
     off = build_suite(corpus, tokenizer=qwen_dir, per_source=4, recover_turns=False)
-    assert off.manifest["template"] is None
+    assert off.manifest.template is None
     assert all(it.messages is None and it.fidelity is None for it in off)
 
 
@@ -415,7 +415,7 @@ def test_max_output_tokens_caps_max_tokens_only(corpus: Path, qwen_dir: Path) ->
     for a, b in zip(free, capped, strict=True):
         assert b.max_tokens == min(a.max_tokens, 10)
         assert b.n_response_tokens == a.n_response_tokens  # stays as recorded
-    assert capped.manifest["config"]["max_output_tokens"] == 10
+    assert capped.manifest.config["max_output_tokens"] == 10
 
 
 def test_dataset_root_reads_the_shards_not_the_other_jsonl(
@@ -445,9 +445,9 @@ def test_dataset_root_reads_the_shards_not_the_other_jsonl(
         ]
 
     assert key(a, "prepared/") == key(b, "")
-    assert a.manifest["counts"] == b.manifest["counts"]
-    assert a.manifest["corpus"]["ignored"] == ["answers.jsonl", "raw/conversations.jsonl"]
-    assert b.manifest["corpus"]["ignored"] == []
+    assert a.manifest.counts == b.manifest.counts
+    assert a.manifest.corpus.ignored == ("answers.jsonl", "raw/conversations.jsonl")
+    assert b.manifest.corpus.ignored == ()
     listed = [w for w in warnings if "answers.jsonl" in w]
     assert len(listed) == 1 and "raw/conversations.jsonl" in listed[0]
     # inspect reads the same shards and lists the same files

@@ -86,7 +86,7 @@ def test_suite_estimate_is_the_weighted_ratio_of_sums(exported: Any) -> None:
     sim = simulate_suite(suite)
     assert sim.corpus_rows == {} and sim.random_samples == 0
     d = DEFAULT_DRAFTERS[0]
-    manifest_rows = {s: v["rows"] for s, v in suite.manifest["sources"].items()}
+    manifest_rows = {s: v.rows for s, v in suite.manifest.sources.items()}
     total_rows = sum(manifest_rows.values())
     num = den = 0.0
     for source in ("chat", "code"):

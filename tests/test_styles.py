@@ -289,12 +289,12 @@ def test_key_value_corpus_end_to_end(tmp_path: Path, qwen_tokenizer: Any) -> Non
     suite = build_suite(tmp_path, tokenizer=tok, per_source=1000)
     items = list(suite)
     assert len(items) >= 25
-    entry = suite.manifest["sources"]["agent"]
-    assert entry["structure"] == {"turns": len(items)}
-    assert entry["fidelity"] == {"tokens": len(items)}
+    entry = suite.manifest.sources["agent"]
+    assert entry.structure == {"turns": len(items)}
+    assert entry.fidelity == {"tokens": len(items)}
     assert all(it.structure == "turns" for it in items)
     assert any(it.chat_template_kwargs == {"enable_thinking": False} for it in items)
-    template = suite.manifest["template"]
+    template = suite.manifest.template
     assert template["arguments_style"] == "keys" and template["failed_probes"] == []
     assert "enable_thinking" in template["switches"]
     assert suite.report is not None

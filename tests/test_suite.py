@@ -64,7 +64,7 @@ def test_save_writes_the_files_and_a_manifest_listing_them(
     assert "run_md" in manifest["files"] and "report" not in manifest["files"]
     lines = (out / SUITE_NAME).read_bytes().splitlines()
     assert [orjson.loads(line)["id"] for line in lines] == ["chat-0", "chat-1", "chat-2"]
-    assert manifest["sources"] == suite.manifest["sources"]
+    assert manifest["sources"] == suite.manifest.to_dict()["sources"]
     assert not [p for p in tmp_path.iterdir() if p.name != "out"]  # no temp folder left
 
 
@@ -74,9 +74,9 @@ def test_load_gives_back_the_items_and_manifest(
     out = suite.save(tmp_path / "out", formats=["token_ids"], tokenizer=qwen_tokenizer)
     back = Suite.load(out)
     assert [it.to_dict() for it in back] == [it.to_dict() for it in suite]
-    assert back.manifest == orjson.loads((out / MANIFEST_NAME).read_bytes())
+    assert back.manifest.to_dict() == orjson.loads((out / MANIFEST_NAME).read_bytes())
     assert back.report is None and len(back) == 3 and back[1].id == "chat-1"
-    assert sorted(back.manifest["files"]) == ["run_md", "token_ids"]
+    assert sorted(back.manifest.files) == ["run_md", "token_ids"]
 
 
 def test_save_refuses_an_existing_folder_unless_overwrite(
@@ -223,6 +223,6 @@ def test_to_hf_and_back(suite: Suite) -> None:
     ds = rich.to_hf()
     assert ds.num_rows == 3 and ds.features["prompt_ids"].feature.dtype == "int32"
     back = Suite.from_hf(ds.filter(lambda r: r["stratum"] is not None), manifest={"x": 1})
-    assert list(back) == list(rich)[:2] and back.manifest == {"x": 1}
+    assert list(back) == list(rich)[:2] and back.manifest.to_dict() == {"x": 1}
     with pytest.raises(InputError, match="row 1: expected a suite item"):
         Suite.from_hf(ds.remove_columns("prompt_ids"))

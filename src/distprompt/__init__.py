@@ -33,6 +33,7 @@ if _TYPE_CHECKING:
     from distprompt.corpus import CorpusInfo
     from distprompt.evaluate.drafters import Drafter, SpecCounts
     from distprompt.evaluate.simulation import Simulation, simulate_suite
+    from distprompt.manifest import Manifest
     from distprompt.pipeline import build_suite, export_suite, inspect_corpus
     from distprompt.records import Provenance, SuiteItem
     from distprompt.write.report import Report, render_report
@@ -53,6 +54,7 @@ _LAZY = {
     "SpecCounts": "distprompt.evaluate.drafters",
     "Simulation": "distprompt.evaluate.simulation",
     "simulate_suite": "distprompt.evaluate.simulation",
+    "Manifest": "distprompt.manifest",
     "inspect_corpus": "distprompt.pipeline",
     "build_suite": "distprompt.pipeline",
     "export_suite": "distprompt.pipeline",
@@ -97,6 +99,7 @@ __all__ = [
     "DistpromptError",
     "Drafter",
     "InputError",
+    "Manifest",
     "OutputError",
     "Provenance",
     "Report",

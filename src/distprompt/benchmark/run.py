@@ -523,7 +523,7 @@ def _run_meta(
         "suite_fingerprint": _suite_fingerprint(items),
         "shares": shares,
         "shares_from": "manifest rows"
-        if any((s.manifest.get("sources", {}).get(x) or {}).get("rows") for x in srcs)
+        if any((e := s.manifest.sources.get(x)) and e.rows for x in srcs)
         else "equal (manifest has no row counts)",
         "concurrency": run.levels,
         "traffic": run.traffic,

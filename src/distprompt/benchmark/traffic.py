@@ -9,9 +9,9 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from distprompt.errors import ConfigError
+from distprompt.manifest import Manifest
 from distprompt.records import SuiteItem
 
 __all__ = [
@@ -121,9 +121,9 @@ def mixed_draws(
     return [items[int(i)] for i in idx]
 
 
-def source_shares(manifest: dict[str, Any], sources: Sequence[str]) -> dict[str, float]:
+def source_shares(manifest: Manifest, sources: Sequence[str]) -> dict[str, float]:
     """Each benchmarked source's share of the corpus rows (renormalised over them)."""
-    rows = {s: float((manifest.get("sources", {}).get(s) or {}).get("rows", 0)) for s in sources}
+    rows = {s: float(e.rows) if (e := manifest.sources.get(s)) else 0.0 for s in sources}
     total = sum(rows.values())
     if total <= 0:  # a suite without row counts: equal shares, said in the summary
         return {s: 1.0 / len(sources) for s in sources} if sources else {}

@@ -30,6 +30,7 @@ import numpy as np
 
 from distprompt.errors import ConfigError, InputError, api_spelling
 from distprompt.evaluate.drafters import DEFAULT_DRAFTERS, Drafter, SpecCounts, simulate_many
+from distprompt.manifest import Manifest
 
 if TYPE_CHECKING:
     from distprompt.records import SuiteItem
@@ -374,17 +375,13 @@ def _item_counts(
 
 
 def _shares(
-    manifest: dict[str, Any], items: Sequence[SuiteItem], corpus: _Corpus | None
+    manifest: Manifest, items: Sequence[SuiteItem], corpus: _Corpus | None
 ) -> dict[str, float]:
     """Corpus share of each source: its rows in DATA when read, else the manifest's."""
     if corpus is not None:
         rows = {s: int(c.shape[0]) for s, c in corpus.counts.items()}
     else:
-        rows = {
-            s: int(v.get("rows", 0))
-            for s, v in (manifest.get("sources") or {}).items()
-            if isinstance(v, dict)
-        }
+        rows = {s: e.rows for s, e in manifest.sources.items()}
     missing = sorted({it.source for it in items} - {s for s, n in rows.items() if n > 0})
     if missing:
         raise InputError(

@@ -12,12 +12,32 @@ import numpy as np
 from distprompt._version import __version__
 from distprompt.choose.stratify import Quota
 from distprompt.config import Config
+from distprompt.manifest import (
+    CheckEntry,
+    CorpusEntry,
+    Counts,
+    Design,
+    FidelityIssue,
+    Manifest,
+    ManifestTokenizer,
+    Quantiles,
+    Residual,
+    ShardEntry,
+    SourceEntry,
+    TokenizerCheck,
+)
 from distprompt.read.scan import Partial
 from distprompt.records import Shard, SourceStats, SuiteItem, histogram_quantiles
 from distprompt.recover.checks import TokenizerFigures
 from distprompt.recover.decode import TokenizerInfo
 
-__all__ = ["MARKER_FLAGS", "build_manifest", "design_summary", "template_summary", "verdict_dict"]
+__all__ = [
+    "MARKER_FLAGS",
+    "build_manifest",
+    "design_summary",
+    "template_summary",
+    "tokenizer_check",
+]
 
 #: Flags of the marker check: reported under ``tokenizer_check``, not as schema anomalies.
 MARKER_FLAGS = frozenset({"template_start_missing", "generation_prompt_missing"})
@@ -49,12 +69,11 @@ def template_summary(profile: Any) -> dict[str, Any] | None:
     }
 
 
-def _quantiles(counter: Any) -> dict[str, int]:
-    qs = histogram_quantiles(counter, (0.0, 0.5, 0.9, 0.99, 1.0))
-    return dict(zip(("min", "p50", "p90", "p99", "max"), qs, strict=False))
+def _quantiles(counter: Any) -> Quantiles:
+    return Quantiles.of(histogram_quantiles(counter, (0.0, 0.5, 0.9, 0.99, 1.0)))
 
 
-def design_summary(items: Sequence[SuiteItem], st: SourceStats) -> dict[str, Any]:
+def design_summary(items: Sequence[SuiteItem], st: SourceStats) -> Design:
     """The source's sampling design as written: items per stratum, the take-all rows, and how
     far the weighted totals are from the corpus's (``(weighted - corpus) / corpus``; the first
     reply as the items' recorded length, before any ``max_output_tokens`` cap)."""
@@ -71,32 +90,32 @@ def design_summary(items: Sequence[SuiteItem], st: SourceStats) -> dict[str, Any
     def gap(got: float, want: float) -> float | None:
         return round((got - want) / want, 6) + 0.0 if want else None
 
-    return {
-        "strata": dict(sorted(strata.items())),
-        "rows_represented": {k: round(v, 3) for k, v in sorted(weights.items())},
-        "take_all": [
+    return Design(
+        strata=dict(sorted(strata.items())),
+        rows_represented={k: round(v, 3) for k, v in sorted(weights.items())},
+        take_all=tuple(
             f"{it.provenance.shard}:{it.provenance.line}"
             for it in items
             if it.stratum == "take-all"
-        ],
+        ),
         # the share of the source's first-reply tokens the take-all rows hold
-        "take_all_reply_share": round(
+        take_all_reply_share=round(
             sum(it.weight * first(it) for it in items if it.stratum == "take-all")
             / st.first_reply_tokens,
             6,
         )
         if st.first_reply_tokens
         else None,
-        "residual": {
-            "rows": gap(sum(it.weight for it in items), st.rows),
-            "prompt_tokens": gap(
+        residual=Residual(
+            rows=gap(sum(it.weight for it in items), st.rows),
+            prompt_tokens=gap(
                 sum(it.weight * it.n_prompt_tokens for it in items), st.prompt_tokens
             ),
-            "first_reply_tokens": gap(
+            first_reply_tokens=gap(
                 sum(it.weight * first(it) for it in items), st.first_reply_tokens
             ),
-        },
-    }
+        ),
+    )
 
 
 def build_manifest(
@@ -113,7 +132,7 @@ def build_manifest(
     ignored: Sequence[str] = (),
     verdict: TokenizerFigures | None = None,
     profile: Any = None,
-) -> dict[str, Any]:
+) -> Manifest:
     """``manifest.json``'s content: versions, options, DATA's fingerprint and counts, the
     tokenizer check, the sources' design, warnings, the learned template (``profile``) and the
     items that are not token-exact."""
@@ -125,54 +144,58 @@ def build_manifest(
     for s in shards:
         fp.update(f"{s.name}\x00{s.size}\n".encode())
     sources = {src: _source_entry(src, part, quotas, selected, items) for src in sorted(part.stats)}
-    data_spec = sorted(str(d) for d in data) if isinstance(data, (list, tuple)) else str(data)
-    cfg = config.recorded()  # not how the pass ran nor how the files are written
-    return {
-        "distprompt_version": __version__,
-        "versions": {
+    data_spec = (
+        tuple(sorted(str(d) for d in data)) if isinstance(data, (list, tuple)) else str(data)
+    )
+    return Manifest(
+        distprompt_version=__version__,
+        versions={
             "python": platform.python_version(),
             "numpy": np.__version__,
             "scikit-learn": sklearn.__version__,
             "tokenizers": tokenizers.__version__,
             "transformers": transformers.__version__,
         },
-        "config": cfg,
-        "data": data_spec,
-        "tokenizer": tinfo.to_dict(),
-        "corpus": {
-            "fingerprint": fp.hexdigest(),
-            "shards": [
-                {"name": s.name, "bytes": s.size, "rows": part.shard_rows.get(s.name, 0)}
+        config=config.recorded(),  # not how the pass ran nor how the files are written
+        data=data_spec,
+        tokenizer=ManifestTokenizer(
+            name=tinfo.name,
+            kind=tinfo.kind,
+            sha256=tinfo.sha256,
+            vocab_size=tinfo.vocab_size,
+            has_chat_template=tinfo.has_chat_template,
+        ),
+        corpus=CorpusEntry(
+            fingerprint=fp.hexdigest(),
+            shards=tuple(
+                ShardEntry(name=s.name, bytes=s.size, rows=part.shard_rows.get(s.name, 0))
                 for s in shards
-            ],
-            "ignored": list(ignored),
-        },
-        "counts": {
-            "rows": sum(st.rows for st in part.stats.values()),
-            "items": len(items),
-            "skipped": dict(sorted(part.tally.skipped.items())),
-            "first_skipped": dict(sorted(part.tally.first_skip.items())),
-            "anomalies": {
+            ),
+            ignored=tuple(ignored),
+        ),
+        counts=Counts(
+            rows=sum(st.rows for st in part.stats.values()),
+            items=len(items),
+            skipped=dict(sorted(part.tally.skipped.items())),
+            first_skipped=dict(sorted(part.tally.first_skip.items())),
+            anomalies={
                 k: v for k, v in sorted(part.tally.anomalies.items()) if k not in MARKER_FLAGS
             },
             # Only when some shard was left out: a complete run's manifest does not change.
-            **({"failed_shards": dict(sorted(part.failed.items()))} if part.failed else {}),
-        },
-        "tokenizer_check": verdict_dict(verdict, enforced=config.check_tokenizer),
-        "sources": sources,
-        "warnings": list(warnings),
-        "template": template_summary(profile),
-        "fidelity_issues": [
-            {
-                "id": it.id,
-                "source": it.source,
-                "fidelity": it.fidelity,
-                "reason": it.fidelity_reason,
-            }
+            failed_shards=dict(sorted(part.failed.items())) if part.failed else None,
+        ),
+        tokenizer_check=tokenizer_check(verdict, enforced=config.check_tokenizer),
+        sources=sources,
+        warnings=tuple(warnings),
+        template=template_summary(profile),
+        fidelity_issues=tuple(
+            FidelityIssue(
+                id=it.id, source=it.source, fidelity=it.fidelity, reason=it.fidelity_reason
+            )
             for it in items
             if it.fidelity not in (None, "tokens")
-        ],
-    }
+        ),
+    )
 
 
 def _source_entry(
@@ -181,7 +204,7 @@ def _source_entry(
     quotas: dict[str, Quota],
     selected: dict[str, int],
     items: Sequence[SuiteItem],
-) -> dict[str, Any]:
+) -> SourceEntry:
     """A source's entry of the manifest: counts, length quantiles, its items' recovery and
     ambiguities, and its sampling design."""
     st = part.stats[src]
@@ -199,39 +222,48 @@ def _source_entry(
             fid[it.fidelity] = fid.get(it.fidelity, 0) + 1
         if it.source == src and it.structure is not None:
             structure[it.structure] = structure.get(it.structure, 0) + 1
-    return {
-        "rows": st.rows,
-        "unique_prompts": unique,
-        "unique_exact": exact,
-        "duplicate_rows": max(0, st.rows - unique),
-        "candidates": counted.candidates,
-        "target": quotas[src].target,
-        "selected": selected.get(src, 0),
-        "prompt_tokens": _quantiles(st.prompt_lengths),
+    return SourceEntry(
+        rows=st.rows,
+        unique_prompts=unique,
+        unique_exact=exact,
+        duplicate_rows=max(0, st.rows - unique),
+        candidates=counted.candidates,
+        target=quotas[src].target,
+        selected=selected.get(src, 0),
+        prompt_tokens=_quantiles(st.prompt_lengths),
         # n_response_tokens: the whole rest of the row, every later turn included
-        "response_tokens": _quantiles(st.response_lengths),
+        response_tokens=_quantiles(st.response_lengths),
         # the first assistant span after the prompt: what max_tokens asks for
-        "first_reply_tokens": _quantiles(st.first_reply_lengths),
-        "fidelity": dict(sorted(fid.items())),
+        first_reply_tokens=_quantiles(st.first_reply_lengths),
+        fidelity=dict(sorted(fid.items())),
         # How the turns were recovered: `turns` (every turn recognised) or `flat` (fallback).
-        "structure": dict(sorted(structure.items())),
+        structure=dict(sorted(structure.items())),
         # Readings the tokens leave open, by kind and the reading kept (`user`: no
         # evidence for a system prompt; `system`: the source's items gave it).
-        "ambiguities": dict(sorted(ambiguous.items())),
-        "design": design_summary([it for it in items if it.source == src], st),
-    }
+        ambiguities=dict(sorted(ambiguous.items())),
+        design=design_summary([it for it in items if it.source == src], st),
+    )
 
 
-def verdict_dict(verdict: TokenizerFigures | None, *, enforced: bool) -> dict[str, Any] | None:
+def tokenizer_check(verdict: TokenizerFigures | None, *, enforced: bool) -> TokenizerCheck | None:
     """The manifest's ``tokenizer_check``: the verdict, whether it was enforced, the checks."""
     if verdict is None:
         return None
-    d = verdict.to_dict()
-    return {
-        "passed": verdict.passed,
-        "enforced": enforced,
-        "mismatch": verdict.mismatch,
-        "start_markers": d["start_markers"],
-        "generation_prompt": d["generation_prompt"],
-        "checks": d["checks"],
-    }
+    return TokenizerCheck(
+        passed=verdict.passed,
+        enforced=enforced,
+        mismatch=verdict.mismatch,
+        start_markers=verdict.start_markers,
+        generation_prompt=verdict.generation_prompt,
+        checks={
+            c.name: CheckEntry(
+                passed=c.passed,
+                checked=c.checked,
+                failed=c.failed,
+                first=c.first,
+                by_source=dict(sorted(c.by_source.items())),
+                detail=c.detail,
+            )
+            for c in verdict.checks
+        },
+    )

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from distprompt.errors import DistpromptError, InputError, api_spelling
+from distprompt.manifest import Manifest
 from distprompt.records import SuiteItem
 from distprompt.write.formats import FORMATS
 from distprompt.write.out_dir import (
@@ -42,9 +43,11 @@ _JSON_OPTS = orjson.OPT_SORT_KEYS
 class Suite:
     """A benchmark prompt suite: items (iterable, ``len``) and the manifest that explains them.
 
-    ``tokenizer`` is the one the suite was built with (:func:`build_suite` passes it), kept so
-    that :meth:`save` need not load it again; ``plots`` returns the report's PNGs when they are
-    drawn elsewhere (:func:`build_suite` draws them in worker processes on a large corpus).
+    ``manifest`` is a :class:`~distprompt.manifest.Manifest` (a mapping is read as
+    ``manifest.json``'s content). ``tokenizer`` is the one the suite was built with
+    (:func:`build_suite` passes it), kept so that :meth:`save` need not load it again; ``plots``
+    returns the report's PNGs when they are drawn elsewhere (:func:`build_suite` draws them in
+    worker processes on a large corpus).
 
     Example:
         >>> suite = build_suite("data_samples/prepared", tokenizer=tok)  # doctest: +SKIP
@@ -56,14 +59,15 @@ class Suite:
     def __init__(
         self,
         items: Sequence[SuiteItem],
-        manifest: dict[str, Any],
+        manifest: Manifest | Mapping[str, Any],
         *,
         report: Report | None = None,
         tokenizer: Any = None,
         plots: Callable[[], Mapping[str, bytes]] | None = None,
     ) -> None:
         self.items: tuple[SuiteItem, ...] = tuple(items)
-        self.manifest = manifest
+        # A mapping is read as manifest.json's content (a caller's own, an older version's).
+        self.manifest = manifest if isinstance(manifest, Manifest) else Manifest.from_dict(manifest)
         self._report = report
         # The report's plots when they are being drawn elsewhere (build_suite draws them in
         # worker processes on a large corpus): called by save, after the other files.
@@ -161,7 +165,7 @@ class Suite:
         return datasets.Dataset(self.to_arrow())
 
     @classmethod
-    def from_hf(cls, dataset: Any, manifest: dict[str, Any] | None = None) -> Suite:
+    def from_hf(cls, dataset: Any, manifest: Manifest | Mapping[str, Any] | None = None) -> Suite:
         """A suite from a ``datasets.Dataset`` (or ``pyarrow.Table``) with the columns of
         :meth:`to_arrow`, e.g. ``suite.parquet`` loaded with ``datasets.load_dataset`` and
         filtered; ``manifest`` defaults to an empty one.
@@ -183,13 +187,15 @@ class Suite:
                     f"row {n}: expected a suite item (the columns of suite.parquet), found "
                     f"{type(exc).__name__}: {exc}; pass a table Suite.to_hf() wrote"
                 ) from exc
-        return cls(items, dict(manifest or {}))
+        return cls(items, Manifest.empty() if manifest is None else manifest)
 
     def suite_lines(self) -> list[bytes]:
         return [orjson.dumps(it.to_dict()) for it in self.items]
 
     def manifest_bytes(self) -> bytes:
-        return orjson.dumps(self.manifest, option=_JSON_OPTS | orjson.OPT_INDENT_2) + b"\n"
+        return (
+            orjson.dumps(self.manifest.to_dict(), option=_JSON_OPTS | orjson.OPT_INDENT_2) + b"\n"
+        )
 
     @api_spelling
     def save(
@@ -230,7 +236,7 @@ class Suite:
         waited = 0.0
         out_path = Path(out)
         fmts = tuple(FORMATS if formats is None else formats)
-        tok_name = str(self.manifest.get("tokenizer", {}).get("name", ""))
+        tok_name = self.manifest.tokenizer.name
         tok = tokenizer if tokenizer is not None else self._tokenizer
         with prepare_out_dir(out_path, overwrite=overwrite) as tmp:
             atomic_write_lines(tmp / SUITE_NAME, self.suite_lines())
@@ -256,9 +262,9 @@ class Suite:
                 pngs = self._plots() if self._plots is not None else None
                 waited = time.perf_counter() - waited
                 files["report"] = self._report.write(tmp, pngs=pngs)
-            manifest = dict(self.manifest)
-            manifest["files"] = {k: sorted(v) for k, v in sorted(files.items())}
-            self.manifest = manifest
+            self.manifest = self.manifest.with_files(
+                {k: tuple(sorted(v)) for k, v in sorted(files.items())}
+            )
             # The manifest goes last: its presence marks a complete suite.
             atomic_write_bytes(tmp / MANIFEST_NAME, self.manifest_bytes())
         logger.info(
@@ -299,7 +305,13 @@ class Suite:
                 f"{p}: expected a suite folder with {SUITE_NAME} and {MANIFEST_NAME}, found "
                 "none; pass the --out folder of a finished export"
             )
-        manifest = orjson.loads((p / MANIFEST_NAME).read_bytes())
+        try:
+            manifest = Manifest.from_dict(orjson.loads((p / MANIFEST_NAME).read_bytes()))
+        except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError) as exc:
+            raise InputError(
+                f"{p / MANIFEST_NAME}: expected a distprompt manifest (a JSON object), found "
+                f"{type(exc).__name__}: {exc}; pass the --out folder of a finished export"
+            ) from exc
         items = []
         with open(p / SUITE_NAME, "rb") as fh:
             for n, line in enumerate(fh, 1):
@@ -316,15 +328,15 @@ class Suite:
         return cls(items, manifest, report=report)
 
 
-def _caveats(manifest: dict[str, Any]) -> str:
+def _caveats(manifest: Manifest) -> str:
     """What the last line must not leave to a column: a failed check, a token-exact share < 100%."""
     out = []
-    check = manifest.get("tokenizer_check") or {}
-    if check.get("passed") is False:
+    check = manifest.tokenizer_check
+    if check is not None and check.passed is False:
         out.append("TOKENIZER CHECK FAILED (written with --no-tokenizer-check)")
     fid: dict[str, int] = {}
-    for s in manifest.get("sources", {}).values():
-        for k, v in (s.get("fidelity") or {}).items():
+    for s in manifest.sources.values():
+        for k, v in s.fidelity.items():
             fid[k] = fid.get(k, 0) + v
     n = sum(fid.values())
     exact = fid.get("tokens", 0)
@@ -334,8 +346,8 @@ def _caveats(manifest: dict[str, Any]) -> str:
             "are listed in manifest.json fidelity_issues"
         )
     readings: dict[str, int] = {}
-    for s in manifest.get("sources", {}).values():
-        for k, v in (s.get("ambiguities") or {}).items():
+    for s in manifest.sources.values():
+        for k, v in s.ambiguities.items():
             reading = k.rpartition(":")[2]
             readings[reading] = readings.get(reading, 0) + v
     if readings:
@@ -348,7 +360,7 @@ def _caveats(manifest: dict[str, Any]) -> str:
     return f" — {'; '.join(out)}" if out else ""
 
 
-def _summary_table(manifest: dict[str, Any]) -> str:
+def _summary_table(manifest: Manifest) -> str:
     head = (
         "source", "rows", "unique", "cands", "target", "selected", "take-all", "strata",
         "exact%", "turns%",
@@ -356,31 +368,31 @@ def _summary_table(manifest: dict[str, Any]) -> str:
     lines = [head]
     worst = 0.0
     designed = False
-    for src, s in manifest.get("sources", {}).items():
-        design = s.get("design") or {}
-        strata = design.get("strata") or {}
+    for src, s in manifest.sources.items():
+        strata = s.design.strata
         designed = designed or bool(strata)
         taken = str(strata.get("take-all", 0)) if strata else "-"
         by_len = sorted((k for k in strata if k.startswith("len")), key=lambda k: int(k[3:]))
         spread = "/".join(str(strata[k]) for k in by_len) or "-"
-        for v in (design.get("residual") or {}).values():
+        res = s.design.residual
+        for v in (res.rows, res.prompt_tokens, res.first_reply_tokens):
             worst = max(worst, abs(v or 0.0))
-        fid = s.get("fidelity") or {}
+        fid = s.fidelity
         n = sum(fid.values())
         pct = f"{100.0 * fid.get('tokens', 0) / n:.0f}" if n else "-"
         # Share of items whose every turn was recognised (the rest are `flat` fallbacks).
-        structure = s.get("structure") or {}
+        structure = s.structure
         n_st = sum(structure.values())
         turns = f"{100.0 * structure.get('turns', 0) / n_st:.0f}" if n_st else "-"
-        uniq = f"{s['unique_prompts']}" + ("" if s.get("unique_exact", True) else "~")
+        uniq = f"{s.unique_prompts}" + ("" if s.unique_exact else "~")
         lines.append(
             (
                 src,
-                str(s["rows"]),
+                str(s.rows),
                 uniq,
-                str(s["candidates"]),
-                str(s["target"]),
-                str(s["selected"]),
+                str(s.candidates),
+                str(s.target),
+                str(s.selected),
                 taken,
                 spread,
                 pct,
@@ -401,16 +413,16 @@ def _summary_table(manifest: dict[str, Any]) -> str:
             "shortest first; weights = corpus rows, calibrated to each source's rows, prompt and "
             f"first-reply tokens (largest gap {100.0 * worst:.2g}%)"
         )
-    skipped = manifest.get("counts", {}).get("skipped") or {}
+    skipped = manifest.counts.skipped
     if skipped:
         out.append("skipped rows: " + ", ".join(f"{k}={v}" for k, v in skipped.items()))
     return "\n".join(out)
 
 
-def _failed_verdict(manifest: dict[str, Any]) -> list[str] | None:
+def _failed_verdict(manifest: Manifest) -> list[str] | None:
     """Markdown lines telling that the tokenizer checks failed, or None when they passed."""
-    check = manifest.get("tokenizer_check") or {}
-    if check.get("passed", True):
+    check = manifest.tokenizer_check
+    if check is None or check.passed:
         return None
     lines = [
         "> **Tokenizer check FAILED.** This suite was written with `--no-tokenizer-check` "
@@ -418,17 +430,16 @@ def _failed_verdict(manifest: dict[str, Any]) -> list[str] | None:
         "The verdict (`manifest.json`, `tokenizer_check`):",
         ">",
     ]
-    lines += [f"> - {m}" for m in str(check.get("mismatch") or "").splitlines()]
+    lines += [f"> - {m}" for m in (check.mismatch or "").splitlines()]
     return lines
 
 
-def _skipped_rows(manifest: dict[str, Any]) -> list[str] | None:
+def _skipped_rows(manifest: Manifest) -> list[str] | None:
     """Markdown lines naming the bad rows left out of the corpus (``on_error="skip"``)."""
-    counts = manifest.get("counts") or {}
-    skipped: dict[str, int] = counts.get("skipped") or {}
+    skipped = manifest.counts.skipped
     if not skipped:
         return None
-    first = counts.get("first_skipped") or {}
+    first = manifest.counts.first_skipped
     total = sum(skipped.values())
     reasons = ", ".join(
         f"{k}: {v}" + (f" (first at {first[k]})" if k in first else "") for k, v in skipped.items()
