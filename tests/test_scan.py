@@ -532,14 +532,7 @@ def test_replies_measured_when_the_unit_ends_are_the_ones_measured_as_rows_come(
 
     root = synthetic_corpus(tmp_path / "d", {"s": 3 * REPLY_SAMPLE})
     shards = discover_shards(root)
-    calls: list[int] = []
-    measure = scan_module.reply_features
-
-    def counted(prompt: np.ndarray, reply: np.ndarray) -> np.ndarray:
-        calls.append(1)
-        return measure(prompt, reply)
-
-    monkeypatch.setattr(scan_module, "reply_features", counted)
+    calls = _count_measures(monkeypatch)
     monkeypatch.setattr(scan_module, "PENDING_TOKENS", 0)
     eager = (
         scan(shards, max_candidates=4 * REPLY_SAMPLE, schedule=Schedule(workers=1))
@@ -584,14 +577,7 @@ def test_rows_of_the_longest_reply_tracker_wait_too(
 
     root = synthetic_corpus(tmp_path / "d", {"s": HEAVY - 8})
     shards = discover_shards(root)
-    calls: list[int] = []
-    measure = scan_module.reply_features
-
-    def counted(prompt: np.ndarray, reply: np.ndarray) -> np.ndarray:
-        calls.append(1)
-        return measure(prompt, reply)
-
-    monkeypatch.setattr(scan_module, "reply_features", counted)
+    calls = _count_measures(monkeypatch)
     monkeypatch.setattr(scan_module, "ref_size", lambda unit: 10)
     runs = []
     for budget in (0, 10**9):  # every row measured as it comes; every row waits
@@ -626,3 +612,18 @@ def test_released_pools_keep_their_counts(tmp_path: Path) -> None:
     part.release_pools()
     assert part.pools == {} and part.heavy == {}
     assert {s: part.pool_counts(s) for s in ("a", "b")} == before
+
+
+def _count_measures(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one each time the pass measures a reply (reply_features)."""
+    from distprompt.read import scan as scan_module
+
+    calls: list[int] = []
+    measure = scan_module.reply_features
+
+    def counted(prompt: np.ndarray, reply: np.ndarray) -> np.ndarray:
+        calls.append(1)
+        return measure(prompt, reply)
+
+    monkeypatch.setattr(scan_module, "reply_features", counted)
+    return calls
