@@ -367,9 +367,13 @@ def test_plots_are_drawn_from_a_report_made_before_the_items(
     assert early.sources["chat"]["selected"] == final.sources["chat"]["selected"] == 5
     assert plots(early) == plots(final)
     assert suite._plots is not None and suite._plots() == plots(final)
+    # the export draws them in one process; split over two they are the same
+    two = plot_processes.PlotProcess(2)
+    two.send(early)
+    assert two() == plots(early)
 
 
-@pytest.mark.parametrize("workers", [1, 2])  # one plot process, two
+@pytest.mark.parametrize("workers", [1, 2])
 def test_a_failed_plot_process_is_said_and_the_plots_drawn_here(
     corpus: Path,
     qwen_dir: Path,

@@ -370,7 +370,7 @@ class Config:
             "are read (used only if no later row or quota change touched it; the verbose log "
             "says how many). With several workers, a compressed shard too large to split is read "
             "first. The result does not change. (On such a corpus the report's plots are drawn "
-            "in two fresh processes, whatever `--workers`, while the last items are decoded.)",
+            "in a fresh process, whatever `--workers`, while the last items are decoded.)",
             group="pass",
             min=1,
             recorded=False,

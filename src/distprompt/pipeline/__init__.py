@@ -130,7 +130,7 @@ def build_suite(
         # On a large corpus the sources are selected beside this thread, which runs the
         # tokenizer checks meanwhile and decodes each source once selected: in two threads
         # with one or two workers, in forked worker processes with more (Schedule.side_pool).
-        # Either way the plots are drawn in two fresh processes while the last items are
+        # Either way the plots are drawn in a fresh process while the last items are
         # decoded and the other files written.
         sel = schedule.start_selection(part, config, stack, early_sel, shards)
         early = sel.quotas

@@ -66,8 +66,8 @@ class PlotProcess:
 
 class ReportDrawing:
     """The report, built once: as soon as every source is selected, without the items (its
-    plots, which are those of the final report, drawn meanwhile on a large corpus in two fresh
-    processes while the items are decoded), then completed with the items
+    plots, which are those of the final report, drawn meanwhile on a large corpus in a fresh
+    process while the items are decoded), then completed with the items
     (:func:`~distprompt.write.report.with_items`)."""
 
     def __init__(
@@ -97,10 +97,12 @@ class ReportDrawing:
         if self._big:
             if self.plots is None:
                 trim_heap()  # what selection freed, before other processes start
-                # Two, each drawing about half: the plots are the last work of the export
-                # (measured with one worker: the process tree's PSS peaks at 503 MB then,
-                # below selection's peak with the plots in one process, 481 MB).
-                self.plots = PlotProcess(2)
+                # One: a second, each drawing about half, came ~65 MB on top of the export's
+                # peak, which is here (benchmark corpus, peak PSS of the process tree: two
+                # workers 569-610 -> 532-554 MB, one worker 653-675 -> 580-582 MB) for
+                # 0.0-0.4 s less wall (11.17 / 10.41-10.92 s against 11.22 / 10.76-10.96 s,
+                # medians of interleaved runs).
+                self.plots = PlotProcess(1)
             self.plots.send(rep)
 
     def report(
