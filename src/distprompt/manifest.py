@@ -114,10 +114,6 @@ class _JsonRecord:
         return cls(**kwargs)
 
 
-def _decode_tuple(values: Any) -> tuple[Any, ...]:
-    return tuple(values)
-
-
 @dataclass(frozen=True, slots=True)
 class Quantiles(_JsonRecord):
     """Exact quantiles of a length histogram (tokens); an empty histogram has none (all absent)."""
@@ -158,7 +154,7 @@ class Design(_JsonRecord):
 
     strata: Mapping[str, int] = field(default_factory=dict)
     rows_represented: Mapping[str, float] = field(default_factory=dict)
-    take_all: tuple[str, ...] = field(default=(), metadata=_decoding(_decode_tuple))
+    take_all: tuple[str, ...] = field(default=(), metadata=_decoding(tuple))
     take_all_reply_share: float | None = None
     residual: Residual = field(default_factory=Residual, metadata=_decoding(Residual.from_dict))
     extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
@@ -233,7 +229,7 @@ class CorpusEntry(_JsonRecord):
 
     fingerprint: str = ""
     shards: tuple[ShardEntry, ...] = field(default=(), metadata=_decoding(_decode_shards))
-    ignored: tuple[str, ...] = field(default=(), metadata=_decoding(_decode_tuple))
+    ignored: tuple[str, ...] = field(default=(), metadata=_decoding(tuple))
     extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
     absent: tuple[str, ...] = field(default=(), repr=False)
 
@@ -355,7 +351,7 @@ class Manifest(_JsonRecord):
     sources: Mapping[str, SourceEntry] = field(
         default_factory=dict, metadata=_decoding(_decode_sources)
     )
-    warnings: tuple[str, ...] = field(default=(), metadata=_decoding(_decode_tuple))
+    warnings: tuple[str, ...] = field(default=(), metadata=_decoding(tuple))
     template: Mapping[str, Any] | None = None
     fidelity_issues: tuple[FidelityIssue, ...] = field(
         default=(), metadata=_decoding(_decode_issues)

@@ -158,13 +158,7 @@ def build_manifest(
         },
         config=config.recorded(),  # not how the pass ran nor how the files are written
         data=data_spec,
-        tokenizer=ManifestTokenizer(
-            name=tinfo.name,
-            kind=tinfo.kind,
-            sha256=tinfo.sha256,
-            vocab_size=tinfo.vocab_size,
-            has_chat_template=tinfo.has_chat_template,
-        ),
+        tokenizer=ManifestTokenizer.from_dict(tinfo.to_dict()),
         corpus=CorpusEntry(
             fingerprint=fp.hexdigest(),
             shards=tuple(
@@ -255,15 +249,5 @@ def tokenizer_check(verdict: TokenizerFigures | None, *, enforced: bool) -> Toke
         mismatch=verdict.mismatch,
         start_markers=verdict.start_markers,
         generation_prompt=verdict.generation_prompt,
-        checks={
-            c.name: CheckEntry(
-                passed=c.passed,
-                checked=c.checked,
-                failed=c.failed,
-                first=c.first,
-                by_source=dict(sorted(c.by_source.items())),
-                detail=c.detail,
-            )
-            for c in verdict.checks
-        },
+        checks={c.name: CheckEntry.from_dict(c.to_dict()) for c in verdict.checks},
     )

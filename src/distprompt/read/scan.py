@@ -389,14 +389,16 @@ def _settle_pending(part: Partial) -> None:
         for key, (prompt, reply) in waiting.items():
             # the tracker's entry of ``key``, when unmeasured, is the row that waits: a later
             # row of the prompt that it kept instead was measured as it came (_defer)
+            in_pool = pool.needs_reply(key)
             in_top = top is not None and top.needs_reply(key)
-            if in_top or pool.needs_reply(key):
-                features = reply_features(prompt, reply)
-                if pool.needs_reply(key):
-                    pool.set_reply(key, features)
-                if in_top:
-                    assert top is not None
-                    top.set_reply(key, features)
+            if not (in_pool or in_top):
+                continue
+            features = reply_features(prompt, reply)
+            if in_pool:
+                pool.set_reply(key, features)
+            if in_top:
+                assert top is not None
+                top.set_reply(key, features)
     part.pending = {}
     part.pending_tokens = 0
 
