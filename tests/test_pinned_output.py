@@ -8,9 +8,10 @@ versions, the tokenizer's path and the DATA spelling) for ``--per-source 20``, s
   26: items carry ``response_ids``, the report compares max_tokens with the first replies, and
   selection is a sampling design, so the old bytes are not reproduced any more; re-pinned for
   its reply features seen2/seen4/distinct, the exact-first calibration and the weighted length
-  verdict; and for the reply features lookup/lookup_run);
+  verdict; for the reply features lookup/lookup_run; and for seen1/seen3);
 * ``SUITE``: the current output, features from the bounded window (head 256 + tail 256 tokens;
-  a deliberate change, measured in docs/concepts.md).
+  a deliberate change, measured in docs/concepts.md). Re-pinned with the others for each
+  change of the reply features, last for seen1/seen3 (issue 26's sixth round).
 
 All re-pinned for issue 27: items carry ``ambiguities``, each source in the manifest counts them
 and the report's recovery figures say how many items are ambiguous (none here); with those keys
@@ -45,17 +46,17 @@ VERSIONS = {
     "tokenizers": ("0.23.3",),
     "transformers": ("5.24.0", "5.25.0"),
 }
-FULL_PROMPT_SUITE = "0b4d47e12b55c95f4792976796b5ae26e66dafde7f57da03483a3396512f7622"
-FULL_PROMPT_REPORT = "f80d531321be7e6a9c7325155e41ec144c5562f0740f4fc5181ab2051349e47d"
-SUITE = "71cd956f9a557ab07bc086d411863c56c49eec6bed5cd6dac1910c0c955190b2"
-MANIFEST = "b9b1854116807e653699c77a1f420134139e5c34050c9f57eec8c17d2014c33a"
+FULL_PROMPT_SUITE = "3ee5ccfb719f56a24867df737febf29143f83d36be46bda33325b4f8840ee0a5"
+FULL_PROMPT_REPORT = "688d9f5910a773d3a285b7a88301913dfb15a772258ce4e45309649d2f969364"
+SUITE = "b8a700efbba5564dc574f23110d21f0b54e0c07325721e1f7b7a226770f21ab4"
+MANIFEST = "398e4dd9ca7439a213157f1d93d450afe0d5f6d370abd6fcafbe4df91b2c88e3"
 # suite.parquet (issue 30: the same items as suite.jsonl, typed columns; not in the manifest's
 # "files", as suite.jsonl is not, so no other pin moved): its bytes hold for this pyarrow
-PARQUET = "8f1dfd156a64ec87e8a986fec00fd5414808ce4a569261f12cfbc2fa01887ab6"
+PARQUET = "13e0a873d9dad26e9efebae74222f2af4e57009cdc41ea4bd1ae050223f0ca5c"
 PARQUET_PYARROW = "26.0.1"
 # the manifest records each source's sampling design as selected, so whole-prompt features
 # (another selection) have their own
-FULL_PROMPT_MANIFEST = "37cc8366ada5d76109ba347a0f3495c6ed1b68c573ed3be8627a62b26dfbceb1"
+FULL_PROMPT_MANIFEST = "52cb5a01223d780793b0a567dddecabc5ee46abc631a43ca6b03902aea231713"
 
 
 def _versions() -> dict[str, str]:

@@ -1,8 +1,9 @@
 """The reply features of the pass (records.reply_features) against their definitions, written
-out plainly: per reply token, whether the bigram / 4-gram ending at it occurred earlier in the
-prompt's last 32k tokens or earlier in the reply; the reply's distinct tokens; whether a copy
-predictor (the token after the last earlier occurrence of the longest context of up to three
-tokens that occurred earlier) gets the token right, and the token before it too."""
+out plainly: per reply token, whether the bigram / 4-gram (and the token itself / the trigram)
+ending at it occurred earlier in the prompt's last 32k tokens or earlier in the reply; the
+reply's distinct tokens; whether a copy predictor (the token after the last earlier occurrence
+of the longest context of up to three tokens that occurred earlier) gets the token right, and
+the token before it too."""
 
 from __future__ import annotations
 
@@ -17,19 +18,23 @@ from distprompt import records
 from distprompt.records import REPLY_FEATURES, reply_features
 
 
+def _seen(ctx: list[int], start: int, n: int) -> float:
+    """The share of the reply's tokens (ctx[start:]) whose n-gram ending at them occurred
+    earlier in ctx."""
+    hit = 0
+    for t in range(start, len(ctx)):
+        if t - n + 1 < 0:
+            continue
+        gram = ctx[t - n + 1 : t + 1]
+        if any(ctx[j - n + 1 : j + 1] == gram for j in range(n - 1, t)):
+            hit += 1
+    return hit / (len(ctx) - start)
+
+
 def _plain(prompt: list[int], reply: list[int], tail: int = 32768) -> list[float]:
     ctx = prompt[-tail:] + reply
     start = len(ctx) - len(reply)
-    out = []
-    for n in (2, 4):
-        hit = 0
-        for t in range(start, len(ctx)):
-            if t - n + 1 < 0:
-                continue
-            gram = ctx[t - n + 1 : t + 1]
-            if any(ctx[j - n + 1 : j + 1] == gram for j in range(n - 1, t)):
-                hit += 1
-        out.append(hit / len(reply))
+    out = [_seen(ctx, start, 2), _seen(ctx, start, 4)]
     out.append(len(set(reply)) / len(reply))
     right = []
     for t in range(start, len(ctx)):
@@ -45,6 +50,7 @@ def _plain(prompt: list[int], reply: list[int], tail: int = 32768) -> list[float
         right.append(guess == ctx[t])
     out.append(sum(right) / len(reply))
     out.append(sum(a and b for a, b in itertools.pairwise(right)) / len(reply))
+    out += [_seen(ctx, start, 1), _seen(ctx, start, 3)]
     return out
 
 
@@ -96,4 +102,4 @@ def test_a_copied_span_is_predicted_after_its_first_token() -> None:
     prompt = np.array([10, 11, 12, 13, 14, 15, 99])
     reply = np.array([10, 11, 12, 13, 14, 15])
     got = reply_features(prompt, reply) / 65535
-    assert np.allclose(got[3:], [5 / 6, 4 / 6], atol=1 / 65535)
+    assert np.allclose(got[3:5], [5 / 6, 4 / 6], atol=1 / 65535)

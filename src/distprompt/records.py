@@ -127,7 +127,7 @@ def feature_window(prompt_ids: np.ndarray) -> np.ndarray:
 
 
 #: What :func:`reply_features` measures of a first reply, in its order (shares in ``[0, 1]``).
-REPLY_FEATURES = ("seen2", "seen4", "distinct", "lookup", "lookup_run")
+REPLY_FEATURES = ("seen2", "seen4", "distinct", "lookup", "lookup_run", "seen1", "seen3")
 _REPLY_SCALE = 65535  # shares are kept as uint16 (2 bytes a feature and candidate)
 _REPLY_KEEP = 65534  # the largest share kept: all 65535 marks a candidate not measured
 #: :func:`reply_features` searches the prompt's last this many tokens.
@@ -186,7 +186,11 @@ def reply_features(prompt_ids: np.ndarray, reply_ids: np.ndarray) -> np.ndarray:
       continuation existed; ``lookup`` whether the one a drafter would copy is right;
     * ``lookup_run``: the share of tokens that ``lookup`` gets right together with the token
       before them: runs of right guesses, which is what lets a drafter's several tokens be
-      accepted in one step.
+      accepted in one step;
+    * ``seen1`` / ``seen3``: as ``seen2`` / ``seen4`` for the token itself and the trigram
+      ending at it (a lookup of 0 / 2 tokens before): with ``seen2`` and ``seen4`` they trace how
+      often a drafter has a match to propose from at all, the denominator of its acceptance
+      rate (added for it: benchmarks/RESULTS.md, issue 26's sixth round).
 
     Together they predict a reply's saved verify steps under lookup drafters much better than
     ``seen`` alone on the chat and function-calling sources, where speculation's gains sit in
@@ -197,7 +201,7 @@ def reply_features(prompt_ids: np.ndarray, reply_ids: np.ndarray) -> np.ndarray:
     Example:
         >>> import numpy as np
         >>> reply_features(np.arange(20), np.array([5, 6, 7, 8, 40, 41, 40, 41])).tolist()
-        [32768, 8192, 49151, 32768, 16384]
+        [32768, 8192, 49151, 32768, 16384, 49151, 16384]
     """
     r = np.asarray(reply_ids)
     n = r.shape[0]
@@ -225,6 +229,8 @@ def reply_features(prompt_ids: np.ndarray, reply_ids: np.ndarray) -> np.ndarray:
     lo = (0, size, 2 * size - 1, 3 * size - 3)
     seen2 = np.count_nonzero(prev[lo[1] + k - 1 : lo[1] + size - 1] >= lo[1])
     seen4 = np.count_nonzero(prev[lo[3] + k - 3 : lo[3] + size - 3] >= lo[3])
+    seen1 = np.count_nonzero(prev[lo[0] + k : lo[0] + size] >= lo[0])
+    seen3 = np.count_nonzero(prev[lo[2] + k - 2 : lo[2] + size - 2] >= lo[2])
     repeats = np.count_nonzero(prev[k:size] >= k)  # the last earlier occurrence is in the reply
     # the copy predictor: for each reply token, the longest context before it (up to
     # LOOKUP_ORDER tokens, ending at e = t - 1) that occurred earlier, and the token that
@@ -236,7 +242,15 @@ def reply_features(prompt_ids: np.ndarray, reply_ids: np.ndarray) -> np.ndarray:
     right = x[at] == x[k:]
     right &= at >= 0
     runs = np.count_nonzero(right[1:] & right[:-1])
-    shares = (seen2 / n, seen4 / n, (n - repeats) / n, np.count_nonzero(right) / n, runs / n)
+    shares = (
+        seen2 / n,
+        seen4 / n,
+        (n - repeats) / n,
+        np.count_nonzero(right) / n,
+        runs / n,
+        seen1 / n,
+        seen3 / n,
+    )
     out[:] = np.minimum(np.round(np.asarray(shares) * _REPLY_SCALE), _REPLY_KEEP)
     return out
 
