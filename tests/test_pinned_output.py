@@ -8,10 +8,12 @@ versions, the tokenizer's path and the DATA spelling) for ``--per-source 20``, s
   26: items carry ``response_ids``, the report compares max_tokens with the first replies, and
   selection is a sampling design, so the old bytes are not reproduced any more; re-pinned for
   its reply features seen2/seen4/distinct, the exact-first calibration and the weighted length
-  verdict; for the reply features lookup/lookup_run; and for seen1/seen3);
+  verdict; for the reply features lookup/lookup_run; for seen1/seen3; and for the calibration
+  to five of the seven reply features);
 * ``SUITE``: the current output, features from the bounded window (head 256 + tail 256 tokens;
   a deliberate change, measured in docs/concepts.md). Re-pinned with the others for each
-  change of the reply features, last for seen1/seen3 (issue 26's sixth round).
+  change of the reply features or the calibration, last for the calibration to five of the
+  seven reply features (issue 26's sixth round).
 
 All re-pinned for issue 27: items carry ``ambiguities``, each source in the manifest counts them
 and the report's recovery figures say how many items are ambiguous (none here); with those keys
@@ -46,17 +48,17 @@ VERSIONS = {
     "tokenizers": ("0.23.3",),
     "transformers": ("5.24.0", "5.25.0"),
 }
-FULL_PROMPT_SUITE = "3ee5ccfb719f56a24867df737febf29143f83d36be46bda33325b4f8840ee0a5"
-FULL_PROMPT_REPORT = "688d9f5910a773d3a285b7a88301913dfb15a772258ce4e45309649d2f969364"
-SUITE = "b8a700efbba5564dc574f23110d21f0b54e0c07325721e1f7b7a226770f21ab4"
-MANIFEST = "398e4dd9ca7439a213157f1d93d450afe0d5f6d370abd6fcafbe4df91b2c88e3"
+FULL_PROMPT_SUITE = "25f595cb6375d0c2ba43fdf2d70935a45b8f12716d704423ee6ab7e71250b4a0"
+FULL_PROMPT_REPORT = "27dc056ae3ffa42b48b6f85eb243b5355b58e74da12c3f1facc1e3777726b868"
+SUITE = "08edf2c35a2d4d707aa1b67cfc475474174a65f294b47cb52b8264e24c52e855"
+MANIFEST = "35b7975fb047ad6980417b5a33badeae45047061a6488729b0a14c84225b7834"
 # suite.parquet (issue 30: the same items as suite.jsonl, typed columns; not in the manifest's
 # "files", as suite.jsonl is not, so no other pin moved): its bytes hold for this pyarrow
-PARQUET = "13e0a873d9dad26e9efebae74222f2af4e57009cdc41ea4bd1ae050223f0ca5c"
+PARQUET = "9067e61e9a33c401b481310e413193914529579467478f6201044ab4c977cbf1"
 PARQUET_PYARROW = "26.0.1"
 # the manifest records each source's sampling design as selected, so whole-prompt features
 # (another selection) have their own
-FULL_PROMPT_MANIFEST = "52cb5a01223d780793b0a567dddecabc5ee46abc631a43ca6b03902aea231713"
+FULL_PROMPT_MANIFEST = "32ae3cd62f71cf725fad564bd219ad8ca048b4f9616d5877daff13e906be12fe"
 
 
 def _versions() -> dict[str, str]:
