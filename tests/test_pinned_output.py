@@ -13,7 +13,7 @@ versions, the tokenizer's path and the DATA spelling) for ``--per-source 20``, s
 * ``SUITE``: the current output, features from the bounded window (head 256 + tail 256 tokens;
   a deliberate change, measured in docs/concepts.md). Re-pinned with the others for each
   change of the reply features or the calibration, last for the calibration to five of the
-  seven reply features (issue 26's sixth round).
+  seven reply features (issue 26's seventh round).
 
 All re-pinned for issue 27: items carry ``ambiguities``, each source in the manifest counts them
 and the report's recovery figures say how many items are ambiguous (none here); with those keys

@@ -227,10 +227,8 @@ def reply_features(prompt_ids: np.ndarray, reply_ids: np.ndarray) -> np.ndarray:
     # (o + 1)-gram ending at e is (-1: none; one in another order's block: a collision)
     prev = _previous(np.concatenate((g1, g2, g3, g4)))
     lo = (0, size, 2 * size - 1, 3 * size - 3)
-    seen2 = np.count_nonzero(prev[lo[1] + k - 1 : lo[1] + size - 1] >= lo[1])
-    seen4 = np.count_nonzero(prev[lo[3] + k - 3 : lo[3] + size - 3] >= lo[3])
-    seen1 = np.count_nonzero(prev[lo[0] + k : lo[0] + size] >= lo[0])
-    seen3 = np.count_nonzero(prev[lo[2] + k - 2 : lo[2] + size - 2] >= lo[2])
+    # seen[o]: reply tokens whose (o + 1)-gram ending at them occurred earlier
+    seen = [np.count_nonzero(prev[lo[o] + k - o : lo[o] + size - o] >= lo[o]) for o in range(4)]
     repeats = np.count_nonzero(prev[k:size] >= k)  # the last earlier occurrence is in the reply
     # the copy predictor: for each reply token, the longest context before it (up to
     # LOOKUP_ORDER tokens, ending at e = t - 1) that occurred earlier, and the token that
@@ -242,16 +240,10 @@ def reply_features(prompt_ids: np.ndarray, reply_ids: np.ndarray) -> np.ndarray:
     right = x[at] == x[k:]
     right &= at >= 0
     runs = np.count_nonzero(right[1:] & right[:-1])
-    shares = (
-        seen2 / n,
-        seen4 / n,
-        (n - repeats) / n,
-        np.count_nonzero(right) / n,
-        runs / n,
-        seen1 / n,
-        seen3 / n,
-    )
-    out[:] = np.minimum(np.round(np.asarray(shares) * _REPLY_SCALE), _REPLY_KEEP)
+    # in REPLY_FEATURES' order
+    hits = (seen[1], seen[3], n - repeats, np.count_nonzero(right), runs, seen[0], seen[2])
+    shares = np.asarray(hits, dtype=np.float64) / n
+    out[:] = np.minimum(np.round(shares * _REPLY_SCALE), _REPLY_KEEP)
     return out
 
 

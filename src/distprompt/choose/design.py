@@ -18,10 +18,10 @@ applied per source:
    rows of the stratum over its picks) and the weights of a source's non-take-all items are then
    calibrated (bounded linear calibration, ``[1/3, 3]`` times the start) so that the weighted
    totals of rows, prompt tokens and first-reply tokens equal the corpus's exactly, and the
-   token-weighted shares of reply content that bear on speculation (tokens whose bigram or
-   4-gram occurred earlier in the prompt or the reply, distinct tokens, tokens a copy
-   predictor gets right, alone and in runs: :func:`distprompt.records.reply_features`)
-   equal their estimate from the pool's reference sample, as closely as the bounds allow
+   token-weighted shares of reply content that bear on speculation (tokens whose 1- to 4-gram
+   ending at them occurred earlier in the prompt or the reply, tokens a copy predictor gets
+   right: :func:`distprompt.records.reply_features`; the pipeline picks which) equal their
+   estimate from the pool's reference sample, as closely as the bounds allow
    while the exact totals hold. What calibration cannot reach within the bounds is the
    residual, reported.
 

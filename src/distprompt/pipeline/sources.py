@@ -269,7 +269,7 @@ def _subset(f: Features, idx: np.ndarray) -> Features:
 #: the weights further for little they did not already carry. Without them, acceptance cells
 #: passing at 20 / 50 per source: data_samples 52 -> 67 / 64 -> 62 of 90, TUNE 92 -> 93 /
 #: 88 -> 88 of 99; JUDGE flat at source level, a corpus-level cell more for each metric kind
-#: (benchmarks/RESULTS.md, issue 26's sixth round).
+#: (benchmarks/RESULTS.md, issue 26's seventh round).
 CALIBRATED_REPLY_FEATURES = ("seen1", "seen2", "seen3", "seen4", "lookup")
 #: Their columns, in REPLY_FEATURES' order (the order the constraints are solved in).
 _CALIBRATED = tuple(sorted(REPLY_FEATURES.index(f) for f in CALIBRATED_REPLY_FEATURES))
@@ -287,8 +287,8 @@ def _calibrated(
 ) -> tuple[np.ndarray, tuple[float, ...] | None]:
     """The items' weights calibrated to the source's totals outside the take-all stratum:
     rows, prompt tokens and first-reply tokens (exact, from the pass) and, with enough items,
-    the token-weighted reply-content shares (estimated from the candidates whose reply was
-    measured). Returns the weights and the residual per constraint."""
+    the token-weighted shares of :data:`CALIBRATED_REPLY_FEATURES` (estimated from the
+    candidates whose reply was measured). Returns the weights and the residual per constraint."""
     prompt = np.array([c.n_prompt_tokens for c in rest], dtype=np.float64)
     first = np.array([c.first_response_length for c in rest], dtype=np.float64)
     t_rows = stats.rows - sum(fixed)
@@ -304,9 +304,8 @@ def _calibrated(
     if n >= 8 and has_reply.any():
         shares = np.array([c.reply_shares() for c in rest])
         ref = has_reply
-        # the reply features of CALIBRATED_REPLY_FEATURES, weighted by reply tokens: their
-        # corpus totals estimated from the measured candidates (a uniform sample of the pool);
-        # chosen on the TUNE corpora (benchmarks/RESULTS.md)
+        # weighted by reply tokens: their corpus totals estimated from the measured candidates
+        # (a uniform sample of the pool)
         per_token = (
             (mass[ref] * first[ref]) @ shares[ref] / max(1e-9, float(mass[ref] @ first[ref]))
         )
