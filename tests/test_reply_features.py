@@ -3,7 +3,8 @@ out plainly: per reply token, whether the bigram / 4-gram (and the token itself 
 ending at it occurred earlier in the prompt's last 32k tokens or earlier in the reply; the
 reply's distinct tokens; whether a copy predictor (the token after the last earlier occurrence
 of the longest context of up to three tokens that occurred earlier) gets the token right, and
-the token before it too."""
+the token before it too; and the steps and drafted tokens of the two n-gram drafters, against
+the drafter simulation (evaluate.drafters), which follows vLLM's proposer step by step."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distprompt import records
-from distprompt.records import REPLY_FEATURES, reply_features
+from distprompt.evaluate.drafters import DEFAULT_DRAFTERS, Drafter, simulate_many
+from distprompt.records import REPLY_DRAFTERS, REPLY_FEATURES, reply_features
 
 
 def _seen(ctx: list[int], start: int, n: int) -> float:
@@ -51,10 +53,19 @@ def _plain(prompt: list[int], reply: list[int], tail: int = 32768) -> list[float
     out.append(sum(right) / len(reply))
     out.append(sum(a and b for a, b in itertools.pairwise(right)) / len(reply))
     out += [_seen(ctx, start, 1), _seen(ctx, start, 3)]
+    # the n-gram drafters, simulated on the prompt's last 32k tokens
+    for lo, hi, k in REPLY_DRAFTERS:
+        d = Drafter("ngram", k, prompt_lookup_min=lo, prompt_lookup_max=hi)
+        c = simulate_many(prompt[-tail:], reply, [d])[d.name]
+        out += [c.steps / len(reply), c.drafted / k / len(reply)]
     return out
 
 
 ids = st.lists(st.integers(0, 6), max_size=40)
+# replies that copy from the prompt, so long matches and multi-token acceptance occur
+copies = st.tuples(ids, ids, st.integers(0, 40), st.integers(0, 40)).map(
+    lambda t: (t[0], t[0][t[2] : t[2] + t[3]] + t[1])
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -64,6 +75,36 @@ def test_features_follow_their_definition(prompt: list[int], reply: list[int]) -
     assert got.dtype == np.uint16 and got.shape == (len(REPLY_FEATURES),)
     want = _plain(prompt, reply)
     assert np.allclose(got / 65535, want, atol=1 / 65535)
+
+
+@settings(max_examples=300, deadline=None)
+@given(copies.filter(lambda pr: bool(pr[1])))
+def test_drafter_counts_follow_the_simulation(pair: tuple[list[int], list[int]]) -> None:
+    prompt, reply = pair
+    got = reply_features(np.array(prompt), np.array(reply))
+    assert np.allclose(got / 65535, _plain(prompt, reply), atol=1 / 65535)
+
+
+def test_the_simulated_drafters_are_the_default_ngram_settings() -> None:
+    ngram = [
+        (d.prompt_lookup_min, d.prompt_lookup_max, d.num_speculative_tokens)
+        for d in DEFAULT_DRAFTERS
+        if d.kind == "ngram"
+    ]
+    assert list(REPLY_DRAFTERS) == ngram
+    names = [Drafter("ngram", k, prompt_lookup_min=lo, prompt_lookup_max=hi).name for lo, hi, k in REPLY_DRAFTERS]
+    assert [f for f in REPLY_FEATURES if f.startswith("ngram")] == [
+        f"{n}_{what}" for n in names for what in ("steps", "drafted")
+    ]
+
+
+def test_a_long_copy_is_drafted_four_tokens_a_step() -> None:
+    # a reply copying 41 prompt tokens: after the prefill token, ngram[1-3]k4 finds the copy
+    # and accepts 4 tokens and a bonus each step: 40 tokens in 8 steps, 32 drafted
+    prompt = np.arange(100, 141)
+    got = reply_features(prompt, prompt.copy())
+    i = REPLY_FEATURES.index("ngram[1-3]k4_steps")
+    assert (got[i : i + 2] / 65535 * 41).round().tolist() == [8, 32 / 4]
 
 
 @settings(max_examples=60, deadline=None)

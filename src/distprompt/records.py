@@ -127,31 +127,51 @@ def feature_window(prompt_ids: np.ndarray) -> np.ndarray:
 
 
 #: What :func:`reply_features` measures of a first reply, in its order (shares in ``[0, 1]``).
-REPLY_FEATURES = ("seen2", "seen4", "distinct", "lookup", "lookup_run", "seen1", "seen3")
+REPLY_FEATURES = (
+    "seen2",
+    "seen4",
+    "distinct",
+    "lookup",
+    "lookup_run",
+    "seen1",
+    "seen3",
+    "ngram[1-3]k4_steps",
+    "ngram[1-3]k4_drafted",
+    "ngram[2-5]k4_steps",
+    "ngram[2-5]k4_drafted",
+)
 _REPLY_SCALE = 65535  # shares are kept as uint16 (2 bytes a feature and candidate)
 _REPLY_KEEP = 65534  # the largest share kept: all 65535 marks a candidate not measured
 #: :func:`reply_features` searches the prompt's last this many tokens.
 REPLY_PROMPT_TOKENS = 32768
 #: :func:`reply_features`'s lookup predicts from at most this many tokens of context.
 LOOKUP_ORDER = 3
+#: The n-gram drafters :func:`reply_features` simulates, as ``(prompt_lookup_min,
+#: prompt_lookup_max, num_speculative_tokens)``: the two ngram settings of
+#: :data:`distprompt.evaluate.drafters.DEFAULT_DRAFTERS` (a test keeps them the same).
+REPLY_DRAFTERS = ((1, 3, 4), (2, 5, 4))
+_ORDERS = 5  # the longest gram order reply_features hashes (REPLY_DRAFTERS' longest match)
 _M = tuple(np.uint64(m) for m in (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9))
 _M_UNIGRAM = np.uint64(0xD6E8FEB86659FD93)
 _BIGRAM_OFFSET = np.uint64(0x14057B7EF767814F)  # keeps bigram hashes off the others
 _TRIGRAM_OFFSET = np.uint64(0x61C8864680B583EB)  # keeps trigram hashes off the others
+_FIVEGRAM_OFFSET = np.uint64(0x27D4EB2F165667C5)  # keeps 5-gram hashes off the others
 #: Token values no vocabulary holds, put before the context (:func:`reply_features`).
 _SENTINELS = np.array([1 << 40, (1 << 40) + 1, (1 << 40) + 2], dtype=np.uint64)
 _POS_BITS = 21  # positions packed under the hashes when the grams are sorted
 _HASH_MASK = np.uint64(~((1 << _POS_BITS) - 1) & 0xFFFF_FFFF_FFFF_FFFF)
 
 
-def _previous(grams: np.ndarray) -> np.ndarray:
-    """For each hash of ``grams``, the index of the last equal hash before it (-1: none): one
-    sort of the hashes' high bits with the positions packed under them (numpy's sort is much
-    faster than a stable argsort; a stable argsort when the positions do not fit)."""
+def _occurrences(grams: np.ndarray, lo: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """For each hash of ``grams`` (blocks starting at ``lo``, one per gram order), the index of
+    the last equal hash before it (-1: none; one in another block: a collision) and of the
+    first equal hash in its block (itself when none is earlier): one sort of the hashes' high
+    bits with the positions packed under them (numpy's sort is much faster than a stable
+    argsort; a stable argsort when the positions do not fit)."""
     m = grams.shape[0]
     prev = np.full(m, -1, dtype=np.intp)
     if m < 2:
-        return prev
+        return prev, np.arange(m, dtype=np.intp)
     if m < (1 << _POS_BITS):
         with np.errstate(over="ignore"):
             key = grams * _M[2]  # odd: a bijection whose high bits depend on every bit
@@ -159,14 +179,63 @@ def _previous(grams: np.ndarray) -> np.ndarray:
         key |= np.arange(m, dtype=np.uint64)
         key.sort()
         dup = (key[1:] & _HASH_MASK) == (key[:-1] & _HASH_MASK)
-        low = ~_HASH_MASK
-        prev[(key[1:][dup] & low).astype(np.intp)] = (key[:-1][dup] & low).astype(np.intp)
-        return prev
-    order = np.argsort(grams, kind="stable")
-    ordered = grams[order]
-    dup = ordered[1:] == ordered[:-1]
+        order = (key & ~_HASH_MASK).astype(np.intp)
+    else:
+        order = np.argsort(grams, kind="stable")
+        ordered = grams[order]
+        dup = ordered[1:] == ordered[:-1]
     prev[order[1:][dup]] = order[:-1][dup]
-    return prev
+    # a run of equal hashes (ascending positions) restarts where the block changes too
+    block = np.searchsorted(np.asarray(lo[1:]), order, side="right")
+    start = np.ones(m, dtype=bool)
+    start[1:] = ~dup | (block[1:] != block[:-1])
+    run_start = np.maximum.accumulate(np.where(start, np.arange(m), 0))
+    first = np.empty(m, dtype=np.intp)
+    first[order] = order[run_start]
+    return prev, first
+
+
+def _ngram_counts(
+    x: np.ndarray, k: int, first: np.ndarray, lo: Sequence[int], drafter: tuple[int, int, int]
+) -> tuple[int, int]:
+    """Verify steps and drafted tokens of vLLM's n-gram proposer on the reply ``x[k:]`` with
+    the context before it, exactly as :func:`distprompt.evaluate.drafters.simulate` counts
+    them (the first reply token is the prefill's): at each step, the longest suffix of the
+    context of ``n`` tokens (``lo_n <= n <= hi_n``) that occurred earlier, its earliest
+    occurrence, and the up to ``draft`` tokens after it that the context holds; the leading ones
+    equal to the reply are accepted and the step emits them and one more. The proposal at a
+    position depends on the position alone (the context is the recorded one), so every
+    position's is found at once, and the steps are the walk of jumps ``t -> t + accepted(t) +
+    1`` from the first decoded token, summed by pointer doubling (log n passes)."""
+    lo_n, hi_n, draft = drafter
+    size = x.shape[0]
+    total = np.arange(k + 1, size)  # the context's length before each decoded reply token
+    n = total.shape[0]
+    if n == 0:
+        return 0, 0
+    start = np.full(n, -1, dtype=np.intp)  # where the proposal starts in x (-1: none)
+    for o in range(lo_n, hi_n + 1):  # longer matches overwrite shorter ones
+        # the o-gram ending at total - 1 sits at lo[o - 1] + total - o in its block
+        # (the context's first o - 1 tokens end no o-gram: o <= 5 and 3 sentinels lead)
+        at = np.maximum(total - o, 0)
+        end = first[lo[o - 1] + at] - lo[o - 1] + o - 1
+        start = np.where((end < total - 1) & (total >= o), end + 1, start)
+    proposed = np.where(start >= 0, np.minimum(draft, total - start), 0)
+    j = np.arange(draft)
+    src = start[:, None] + j
+    dst = total[:, None] + j
+    ok = (j < proposed[:, None]) & (dst < size)
+    right = ok & (x[np.where(ok, src, 0)] == x[np.where(ok, dst, 0)])
+    accepted = np.cumprod(right, axis=1).sum(axis=1)
+    # the walk over positions 0..n-1 to the reply's end n (absorbing, counting nothing)
+    jump = np.append(np.minimum(np.arange(n) + accepted + 1, n), n)
+    steps = np.append(np.ones(n, dtype=np.int64), 0)
+    drafted = np.append(proposed.astype(np.int64), 0)
+    while jump[0] < n:
+        steps += steps[jump]
+        drafted += drafted[jump]
+        jump = jump[jump]
+    return int(steps[0]), int(drafted[0])
 
 
 def reply_features(prompt_ids: np.ndarray, reply_ids: np.ndarray) -> np.ndarray:
@@ -223,10 +292,14 @@ def reply_features(prompt_ids: np.ndarray, reply_ids: np.ndarray) -> np.ndarray:
         g3 += _TRIGRAM_OFFSET  # g3[e - 2]: the trigram ending at e
         g4 = g2[:-2] * _M[1]
         g4 += g2[2:]  # g4[e - 3]: the 4-gram ending at e
+        g5 = g4[:-1] * _M[2]
+        g5 += x[4:]
+        g5 += _FIVEGRAM_OFFSET  # g5[e - 4]: the 5-gram ending at e
     # prev[lo[o] + e - o]: where in the same array the last earlier occurrence of the
-    # (o + 1)-gram ending at e is (-1: none; one in another order's block: a collision)
-    prev = _previous(np.concatenate((g1, g2, g3, g4)))
-    lo = (0, size, 2 * size - 1, 3 * size - 3)
+    # (o + 1)-gram ending at e is (-1: none; one in another order's block: a collision);
+    # first[...]: its first occurrence
+    lo = (0, size, 2 * size - 1, 3 * size - 3, 4 * size - 6)
+    prev, first = _occurrences(np.concatenate((g1, g2, g3, g4, g5)), lo)
     # seen[o]: reply tokens whose (o + 1)-gram ending at them occurred earlier
     seen = [np.count_nonzero(prev[lo[o] + k - o : lo[o] + size - o] >= lo[o]) for o in range(4)]
     repeats = np.count_nonzero(prev[k:size] >= k)  # the last earlier occurrence is in the reply
@@ -240,8 +313,12 @@ def reply_features(prompt_ids: np.ndarray, reply_ids: np.ndarray) -> np.ndarray:
     right = x[at] == x[k:]
     right &= at >= 0
     runs = np.count_nonzero(right[1:] & right[:-1])
+    drafters = []
+    for d in REPLY_DRAFTERS:
+        steps, drafted = _ngram_counts(x, k, first, lo, d)
+        drafters += [steps, drafted / d[2]]
     # in REPLY_FEATURES' order
-    hits = (seen[1], seen[3], n - repeats, np.count_nonzero(right), runs, seen[0], seen[2])
+    hits = (seen[1], seen[3], n - repeats, np.count_nonzero(right), runs, seen[0], seen[2], *drafters)
     shares = np.asarray(hits, dtype=np.float64) / n
     out[:] = np.minimum(np.round(shares * _REPLY_SCALE), _REPLY_KEEP)
     return out

@@ -270,7 +270,17 @@ def _subset(f: Features, idx: np.ndarray) -> Features:
 #: passing at 20 / 50 per source: data_samples 52 -> 67 / 64 -> 62 of 90, TUNE 92 -> 93 /
 #: 88 -> 88 of 99; JUDGE flat at source level, a corpus-level cell more for each metric kind
 #: (benchmarks/RESULTS.md, issue 26's seventh round).
-CALIBRATED_REPLY_FEATURES = ("seen1", "seen2", "seen3", "seen4", "lookup")
+CALIBRATED_REPLY_FEATURES = (
+    "seen1",
+    "seen2",
+    "seen3",
+    "seen4",
+    "lookup",
+    "ngram[1-3]k4_steps",
+    "ngram[1-3]k4_drafted",
+    "ngram[2-5]k4_steps",
+    "ngram[2-5]k4_drafted",
+)
 #: Their columns, in REPLY_FEATURES' order (the order the constraints are solved in).
 _CALIBRATED = tuple(sorted(REPLY_FEATURES.index(f) for f in CALIBRATED_REPLY_FEATURES))
 
