@@ -92,7 +92,10 @@ def test_the_simulated_drafters_are_the_default_ngram_settings() -> None:
         if d.kind == "ngram"
     ]
     assert list(REPLY_DRAFTERS) == ngram
-    names = [Drafter("ngram", k, prompt_lookup_min=lo, prompt_lookup_max=hi).name for lo, hi, k in REPLY_DRAFTERS]
+    names = [
+        Drafter("ngram", k, prompt_lookup_min=lo, prompt_lookup_max=hi).name
+        for lo, hi, k in REPLY_DRAFTERS
+    ]
     assert [f for f in REPLY_FEATURES if f.startswith("ngram")] == [
         f"{n}_{what}" for n in names for what in ("steps", "drafted")
     ]
@@ -144,3 +147,20 @@ def test_a_copied_span_is_predicted_after_its_first_token() -> None:
     reply = np.array([10, 11, 12, 13, 14, 15])
     got = reply_features(prompt, reply) / 65535
     assert np.allclose(got[3:5], [5 / 6, 4 / 6], atol=1 / 65535)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(copies, max_size=8), st.sampled_from([10, 60, 300_000]))
+def test_a_batch_measures_each_row_alone(
+    pairs: list[tuple[list[int], list[int]]], batch: int
+) -> None:
+    # rows measured together (several batches when the budget is small) match rows alone
+    arrays = [(np.array(p, dtype=np.int64), np.array(r, dtype=np.int64)) for p, r in pairs]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(records, "_BATCH_TOKENS", batch)
+        many = records.reply_features_many(arrays)
+    assert many.shape == (len(pairs), len(REPLY_FEATURES)) and many.dtype == np.uint16
+    for got, (p, r) in zip(many, arrays, strict=True):
+        assert got.tolist() == reply_features(p, r).tolist()
+        if len(r):
+            assert np.allclose(got / 65535, _plain(p.tolist(), r.tolist()), atol=1 / 65535)

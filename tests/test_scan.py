@@ -615,15 +615,22 @@ def test_released_pools_keep_their_counts(tmp_path: Path) -> None:
 
 
 def _count_measures(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A list that grows by one each time the pass measures a reply (reply_features)."""
+    """A list that grows by one each time the pass measures a reply (reply_features, alone
+    or in a batch: reply_features_many)."""
     from distprompt.read import scan as scan_module
 
     calls: list[int] = []
     measure = scan_module.reply_features
+    measure_many = scan_module.reply_features_many
 
     def counted(prompt: np.ndarray, reply: np.ndarray) -> np.ndarray:
         calls.append(1)
         return measure(prompt, reply)
 
+    def counted_many(pairs: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        calls.extend([1] * len(pairs))
+        return measure_many(pairs)
+
     monkeypatch.setattr(scan_module, "reply_features", counted)
+    monkeypatch.setattr(scan_module, "reply_features_many", counted_many)
     return calls

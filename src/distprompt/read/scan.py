@@ -41,6 +41,7 @@ from distprompt.records import (
     SourceStats,
     feature_window,
     reply_features,
+    reply_features_many,
 )
 
 __all__ = [
@@ -323,10 +324,13 @@ def measure_reference(
     if not missing or not shards:
         return list(cands)
     got = load_candidates([cands[i] for i in missing], list(shards.values()), seed=seed)
-    out = list(cands)
-    for i, c in zip(missing, got, strict=True):
+    pairs = []
+    for c in got:
         assert c.prompt_ids is not None and c.response_ids is not None
-        out[i] = replace(cands[i], reply=reply_features(c.prompt_ids, c.response_ids))
+        pairs.append((c.prompt_ids, c.response_ids))
+    out = list(cands)
+    for i, features in zip(missing, reply_features_many(pairs), strict=True):
+        out[i] = replace(cands[i], reply=features)
     return out
 
 
@@ -386,14 +390,15 @@ def _settle_pending(part: Partial) -> None:
         if pool is None:
             continue
         top = part.heavy.get(source)
-        for key, (prompt, reply) in waiting.items():
-            # the tracker's entry of ``key``, when unmeasured, is the row that waits: a later
-            # row of the prompt that it kept instead was measured as it came (_defer)
-            in_pool = pool.needs_reply(key)
-            in_top = top is not None and top.needs_reply(key)
-            if not (in_pool or in_top):
-                continue
-            features = reply_features(prompt, reply)
+        # the tracker's entry of ``key``, when unmeasured, is the row that waits: a later row
+        # of the prompt that it kept instead was measured as it came (_defer)
+        todo = [
+            (key, pool.needs_reply(key), top is not None and top.needs_reply(key))
+            for key in waiting
+        ]
+        todo = [t for t in todo if t[1] or t[2]]
+        measured = reply_features_many([waiting[key] for key, _, _ in todo])
+        for (key, in_pool, in_top), features in zip(todo, measured, strict=True):
             if in_pool:
                 pool.set_reply(key, features)
             if in_top:
