@@ -8,12 +8,12 @@ versions, the tokenizer's path and the DATA spelling) for ``--per-source 20``, s
   26: items carry ``response_ids``, the report compares max_tokens with the first replies, and
   selection is a sampling design, so the old bytes are not reproduced any more; re-pinned for
   its reply features seen2/seen4/distinct, the exact-first calibration and the weighted length
-  verdict; for the reply features lookup/lookup_run; for seen1/seen3; and for the calibration
-  to five of the seven reply features);
+  verdict; for the reply features lookup/lookup_run; for seen1/seen3; for the calibration
+  to five of the seven reply features; and for the n-gram drafters' steps and drafted tokens);
 * ``SUITE``: the current output, features from the bounded window (head 256 + tail 256 tokens;
   a deliberate change, measured in docs/concepts.md). Re-pinned with the others for each
-  change of the reply features or the calibration, last for the calibration to five of the
-  seven reply features (issue 26's seventh round).
+  change of the reply features or the calibration, last for the n-gram drafters' steps and
+  drafted tokens, four reply features more and calibrated to (issue 26's eighth round).
 
 All re-pinned for issue 27: items carry ``ambiguities``, each source in the manifest counts them
 and the report's recovery figures say how many items are ambiguous (none here); with those keys
@@ -48,17 +48,17 @@ VERSIONS = {
     "tokenizers": ("0.23.3",),
     "transformers": ("5.24.0", "5.25.0"),
 }
-FULL_PROMPT_SUITE = "25f595cb6375d0c2ba43fdf2d70935a45b8f12716d704423ee6ab7e71250b4a0"
-FULL_PROMPT_REPORT = "27dc056ae3ffa42b48b6f85eb243b5355b58e74da12c3f1facc1e3777726b868"
-SUITE = "08edf2c35a2d4d707aa1b67cfc475474174a65f294b47cb52b8264e24c52e855"
-MANIFEST = "35b7975fb047ad6980417b5a33badeae45047061a6488729b0a14c84225b7834"
+FULL_PROMPT_SUITE = "cb2b5165c196ae88f206a9c3618e44d0bb149807bd63b846200b69fa41811e12"
+FULL_PROMPT_REPORT = "b9efc842793bc839d43abdac2786d114204c3583a72df1dcd86a229fa01dcefe"
+SUITE = "77c000bcad3aa78a4f2be866bd3bd911ee09390d3fb74718e8a69be6a15df6d0"
+MANIFEST = "093cc3745a260673bc46176ec2436d0cf2ee5fe5f2de37ae4c872dd4da9f9486"
 # suite.parquet (issue 30: the same items as suite.jsonl, typed columns; not in the manifest's
 # "files", as suite.jsonl is not, so no other pin moved): its bytes hold for this pyarrow
-PARQUET = "9067e61e9a33c401b481310e413193914529579467478f6201044ab4c977cbf1"
+PARQUET = "aec2f07ef36ef28be3101d100ab637af5d695c2fd6a496ced2ef3f64d0d9cb02"
 PARQUET_PYARROW = "26.0.1"
 # the manifest records each source's sampling design as selected, so whole-prompt features
 # (another selection) have their own
-FULL_PROMPT_MANIFEST = "32ae3cd62f71cf725fad564bd219ad8ca048b4f9616d5877daff13e906be12fe"
+FULL_PROMPT_MANIFEST = "a9e03cf0cf62c28126f77c36f0d25996b6aef750a42e0b53ac86e0e8e3d4b8b8"
 
 
 def _versions() -> dict[str, str]:

@@ -288,18 +288,24 @@ def reply_features(prompt_ids: np.ndarray, reply_ids: np.ndarray) -> np.ndarray:
     * ``seen1`` / ``seen3``: as ``seen2`` / ``seen4`` for the token itself and the trigram
       ending at it (a lookup of 0 / 2 tokens before): with ``seen2`` and ``seen4`` they trace how
       often a drafter has a match to propose from at all, the denominator of its acceptance
-      rate (added for it: benchmarks/RESULTS.md, issue 26's sixth round).
+      rate (added for it: benchmarks/RESULTS.md, issue 26's sixth round);
+    * ``ngram[1-3]k4_steps`` / ``ngram[1-3]k4_drafted`` and the same for ``ngram[2-5]k4``: the
+      verify steps and the drafted tokens (over ``k``) of vLLM's n-gram proposer at the two
+      n-gram settings of :data:`REPLY_DRAFTERS`, over the reply's tokens: exactly what
+      :func:`distprompt.evaluate.drafters.simulate` counts on this context (the numerator and
+      denominator of those drafters' acceptance, which the shares above only approximate:
+      benchmarks/RESULTS.md, issue 26's eighth round).
 
     Together they predict a reply's saved verify steps under lookup drafters much better than
     ``seen`` alone on the chat and function-calling sources, where speculation's gains sit in
-    a few replies (benchmarks/RESULTS.md). One sort of the context's 1- to 4-grams with their
+    a few replies (benchmarks/RESULTS.md). One sort of the context's 1- to 5-grams with their
     positions (n log n in the lengths), so the pass can afford it for the candidates of the
-    reference sample it measures.
+    reference sample it measures (:func:`reply_features_many` measures many rows at once).
 
     Example:
         >>> import numpy as np
         >>> reply_features(np.arange(20), np.array([5, 6, 7, 8, 40, 41, 40, 41])).tolist()
-        [32768, 8192, 49151, 32768, 16384, 49151, 16384]
+        [32768, 8192, 49151, 32768, 16384, 49151, 16384, 32768, 12288, 40959, 8192]
     """
     return reply_features_many([(prompt_ids, reply_ids)])[0]
 
