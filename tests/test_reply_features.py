@@ -1,4 +1,4 @@
-"""The reply features of the pass (records.reply_features) against their definitions, written
+"""The reply features of the pass (replies.reply_features) against their definitions, written
 out plainly: per reply token, whether the bigram / 4-gram (and the token itself / the trigram)
 ending at it occurred earlier in the prompt's last 32k tokens or earlier in the reply; the
 reply's distinct tokens; whether a copy predictor (the token after the last earlier occurrence
@@ -15,9 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distprompt import records
+from distprompt import replies
 from distprompt.evaluate.drafters import DEFAULT_DRAFTERS, Drafter, simulate_many
-from distprompt.records import REPLY_DRAFTERS, REPLY_FEATURES, reply_features
+from distprompt.records import REPLY_FEATURES
+from distprompt.replies import REPLY_DRAFTERS, reply_features
 
 
 def _seen(ctx: list[int], start: int, n: int) -> float:
@@ -116,8 +117,8 @@ def test_the_stable_sort_path_agrees(prompt: list[int], reply: list[int]) -> Non
     # replies too long to pack their positions under the hashes take a stable argsort
     fast = reply_features(np.array(prompt), np.array(reply))
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(records, "_POS_BITS", 2)
-        m.setattr(records, "_HASH_MASK", np.uint64(~3 & 0xFFFF_FFFF_FFFF_FFFF))
+        m.setattr(replies, "_POS_BITS", 2)
+        m.setattr(replies, "_HASH_MASK", np.uint64(~3 & 0xFFFF_FFFF_FFFF_FFFF))
         slow = reply_features(np.array(prompt), np.array(reply))
     assert fast.tolist() == slow.tolist()
 
@@ -156,9 +157,7 @@ def test_a_batch_measures_each_row_alone(
 ) -> None:
     # rows measured together (several batches when the budget is small) match rows alone
     arrays = [(np.array(p, dtype=np.int64), np.array(r, dtype=np.int64)) for p, r in pairs]
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(records, "_BATCH_TOKENS", batch)
-        many = records.reply_features_many(arrays)
+    many = replies.reply_features_many(arrays, batch_tokens=batch)
     assert many.shape == (len(pairs), len(REPLY_FEATURES)) and many.dtype == np.uint16
     for got, (p, r) in zip(many, arrays, strict=True):
         assert got.tolist() == reply_features(p, r).tolist()

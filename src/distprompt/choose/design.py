@@ -21,7 +21,7 @@ applied per source:
    token-weighted shares of reply content that bear on speculation (tokens whose 1- to 4-gram
    ending at them occurred earlier in the prompt or the reply, tokens a copy predictor gets
    right, n-gram drafters' verify steps and drafted tokens:
-   :func:`distprompt.records.reply_features`; the pipeline picks which) equal their
+   :func:`distprompt.replies.reply_features`; the pipeline picks which) equal their
    estimate from the pool's reference sample, as closely as the bounds allow
    while the exact totals hold. What calibration cannot reach within the bounds is the
    residual, reported.

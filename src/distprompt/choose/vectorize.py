@@ -6,7 +6,7 @@ prompt of a source shares get a low IDF, so what distinguishes prompts dominates
 selection space appends the z-scored log prompt length and, when given, the z-scored log length of
 the recorded response (the output length a benchmark asks for), each scaled by ``length_weight``,
 and the reply-content block (tokens a lookup of the prompt or the reply so far could draft,
-distinct tokens: :func:`distprompt.records.reply_features`) scaled by ``reply_weight``:
+distinct tokens: :func:`distprompt.replies.reply_features`) scaled by ``reply_weight``:
 throughput and acceptance depend on both lengths and on what the reply is as much as on the
 prompt's content. Shares: prompt content 1, each length ``length_weight`` (1), the reply block
 ``reply_weight`` (1).
@@ -189,7 +189,7 @@ def vectorize(
         lengths: Prompt lengths (default: the lengths of ``prompts``).
         response_lengths: Recorded output length of each candidate; adds a joint-space column.
         replies: ``(n, len(REPLY_FEATURES))`` reply-content shares of each candidate
-            (:func:`distprompt.records.reply_features`); adds one joint-space block.
+            (:func:`distprompt.replies.reply_features`); adds one joint-space block.
         replied: Which rows of ``replies`` were measured: the others get the measured rows'
             mean (no pull either way).
         reply_weight: Scale of the reply block (each z-scored column scaled so that the block's

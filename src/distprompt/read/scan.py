@@ -33,16 +33,8 @@ from distprompt.read.spill import WindowStore
 from distprompt.read.tally import Tally
 from distprompt.read.units import Unit, UnitOutcome, UnitResult, merge_units, units
 from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES
-from distprompt.records import (
-    REPLY_PROMPT_TOKENS,
-    Candidate,
-    Row,
-    Shard,
-    SourceStats,
-    feature_window,
-    reply_features,
-    reply_features_many,
-)
+from distprompt.records import Candidate, Row, Shard, SourceStats, feature_window
+from distprompt.replies import REPLY_PROMPT_TOKENS, reply_features, reply_features_many
 
 __all__ = [
     "REPLY_SAMPLE",
@@ -297,7 +289,7 @@ def ref_size(unit: Unit) -> int:
     on average): it keeps that mean and four standard deviations and a margin, and the few keys
     of the merged bottom-m it missed are read back and measured at selection
     (:func:`measure_reference`), so the result does not depend on the split. Every row a unit
-    keeps is measured (:func:`~distprompt.records.reply_features`), and the merge keeps only
+    keeps is measured (:func:`~distprompt.replies.reply_features`), and the merge keeps only
     :data:`REPLY_SAMPLE` of them: on the benchmark's 1.2 GB shard, 38 ranges of ~133 rows,
     twice the share and 32 more (86 a range) measured 3,268 rows for 1,024 kept; this bound
     (55 a range) measures 2,090."""
@@ -313,7 +305,7 @@ def measure_reference(
     cands: Sequence[Candidate], keys: set[int], shards: Mapping[str, Shard], *, seed: int = 0
 ) -> list[Candidate]:
     """``cands`` with every one whose key is in ``keys`` (the reference sample: the pool's
-    :data:`REPLY_SAMPLE` smallest) measured (:func:`~distprompt.records.reply_features`): those
+    :data:`REPLY_SAMPLE` smallest) measured (:func:`~distprompt.replies.reply_features`): those
     the pass did not measure (a byte range keeps a share of the sample) are read back from
     their shards, and only the features kept.
 
