@@ -227,8 +227,8 @@ def reply_features_many(
 def _measure(pairs: Sequence[tuple[np.ndarray, np.ndarray]], rows: list[int]) -> np.ndarray:
     """:func:`reply_features_many` of one batch (replies not empty)."""
     parts: list[np.ndarray] = []
-    starts, ks, ns = [], [], []
-    at_ = 0
+    ks, ns = [], []
+    offset = 0
     for b, i in enumerate(rows):
         p = np.asarray(pairs[i][0])[-REPLY_PROMPT_TOKENS:]
         r = np.asarray(pairs[i][1])
@@ -238,10 +238,9 @@ def _measure(pairs: Sequence[tuple[np.ndarray, np.ndarray]], rows: list[int]) ->
         seg = np.concatenate([_SENTINELS, p.astype(np.uint64), r.astype(np.uint64)])
         seg += np.uint64(b) << np.uint64(_SALT_SHIFT)
         parts.append(seg)
-        starts.append(at_)
-        ks.append(at_ + _SENTINELS.shape[0] + p.shape[0])
+        ks.append(offset + _SENTINELS.shape[0] + p.shape[0])  # where the row's reply starts
         ns.append(r.shape[0])
-        at_ += seg.shape[0]
+        offset += seg.shape[0]
     x = np.concatenate(parts)
     size = x.shape[0]
     k = np.asarray(ks, dtype=np.intp)
