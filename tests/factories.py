@@ -200,10 +200,11 @@ def candidate(
     n_resp: int = 0,
     shard: str | None = None,
     line: int = 1,
+    offset: int = 0,
 ) -> Any:
     """A :class:`~distprompt.records.Candidate`: prompt ids ``0..n_prompt-1`` (or the single id
     ``key % 7`` when ``n_prompt`` is None), response ids ``0..n_resp-1``, provenance
-    ``shard:line`` (``shard`` defaults to ``<source>.jsonl``)."""
+    ``shard:line`` at byte ``offset`` (``shard`` defaults to ``<source>.jsonl``)."""
     from distprompt.records import Candidate, Provenance
 
     prompt = np.array([key % 7] if n_prompt is None else np.arange(n_prompt), dtype=np.int32)
@@ -214,7 +215,7 @@ def candidate(
         prompt_mask=np.zeros(prompt.shape[0], dtype=np.int8),
         response_ids=np.arange(n_resp, dtype=np.int32),
         n_response_tokens=n_resp,
-        provenance=Provenance(shard if shard is not None else f"{source}.jsonl", line, 0),
+        provenance=Provenance(shard if shard is not None else f"{source}.jsonl", line, offset),
     )
 
 

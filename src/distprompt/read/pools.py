@@ -119,8 +119,7 @@ class BottomK:
             self._thaw()
         old = self._entries.get(cand.key)
         if old is not None:
-            prov = min(old.provenance, cand.provenance)
-            keep = old if prov == old.provenance else cand
+            keep = cand if _row_order(cand) < _row_order(old) else old
             self._entries[cand.key] = _rebuilt(
                 keep, keep.provenance, old.count + cand.count, keep.window
             )
@@ -134,6 +133,14 @@ class BottomK:
             evicted = -heapq.heapreplace(self._heap, -cand.key)
             del self._entries[evicted]
             self._entries[cand.key] = cand
+
+    def replaced_by(self, key: int, provenance: Provenance) -> bool:
+        """Whether a row of ``key`` at ``provenance`` would take the place of the entry kept
+        for ``key`` (False when there is none)."""
+        if self._frozen is not None:
+            self._thaw()
+        old = self._entries.get(key)
+        return old is not None and _rank_of(key, provenance) < _row_order(old)
 
     def reject(self) -> None:
         """Record that a unique key was left out without building its entry."""
@@ -211,6 +218,25 @@ class BottomK:
             return n, True
         kth = int(self._frozen.keys[-1]) if self._frozen is not None else -self._heap[0]
         return round((n - 1) * _TWO64 / (kth + 1)), False
+
+
+def _rank_of(key: int, provenance: Provenance) -> tuple[int, Provenance]:
+    """Which row of a prompt the pool keeps: the smallest of a hash of the row's place
+    (shard and byte offset, which no split of the shard changes) keyed by the prompt's key,
+    then the earlier place. The rows of a duplicated prompt may differ after the prompt (a
+    prompt answered several times, a chat opening several conversations); the kept row is
+    the candidate's provenance, and its reply stands for all of them, so it is a uniform
+    draw among them (for a given seed, which the key carries), not the first in file order."""
+    h = hashlib.blake2b(
+        provenance.shard.encode() + provenance.offset.to_bytes(8, "little", signed=True),
+        digest_size=8,
+        key=key.to_bytes(8, "little"),
+    )
+    return int.from_bytes(h.digest(), "little"), provenance
+
+
+def _row_order(c: Candidate) -> tuple[int, Provenance]:
+    return _rank_of(c.key, c.provenance)
 
 
 def _rebuilt(

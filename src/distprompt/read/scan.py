@@ -33,7 +33,7 @@ from distprompt.read.spill import WindowStore
 from distprompt.read.tally import Tally
 from distprompt.read.units import Unit, UnitOutcome, UnitResult, merge_units, units
 from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES
-from distprompt.records import Candidate, Row, Shard, SourceStats, feature_window
+from distprompt.records import Candidate, Provenance, Row, Shard, SourceStats, feature_window
 from distprompt.replies import REPLY_PROMPT_TOKENS, reply_features, reply_features_many
 
 __all__ = [
@@ -254,7 +254,7 @@ def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> No
     if (
         measure
         and reply_ids is not None
-        and not _defer(part, source, key, prompt, reply_ids, heavy=heavy)
+        and not _defer(part, source, key, prompt, reply_ids, heavy=heavy, row=row.provenance)
     ):
         reply = reply_features(prompt, reply_ids)
     cand = Candidate(
@@ -358,14 +358,36 @@ PENDING_TOKENS = 4_000_000
 
 
 def _defer(
-    part: Partial, source: str, key: int, prompt: np.ndarray, reply: np.ndarray, *, heavy: bool
+    part: Partial,
+    source: str,
+    key: int,
+    prompt: np.ndarray,
+    reply: np.ndarray,
+    *,
+    heavy: bool,
+    row: Provenance,
 ) -> bool:
     """Keep the row's prompt tail and reply to measure when the unit ends (True), or leave it
     to be measured now (False: no room, or a row of the longest-reply tracker whose prompt
-    already waits with another row's reply). A prompt seen before in the unit waits once."""
+    already waits with another row's reply). A prompt seen before in the unit waits once: with
+    the reply of the row the pool keeps for it (:meth:`~distprompt.read.pools.BottomK.add`),
+    and when the tracker still needs the reply that waits, the row that replaces it in the
+    pool is measured now."""
     waiting = part.pending.setdefault(source, {})
     if key in waiting:
-        return not heavy
+        if heavy:
+            return False
+        if not part.pools[source].replaced_by(key, row):
+            return True
+        top = part.heavy.get(source)
+        tail, old = waiting[key]
+        grow = reply.shape[0] - old.shape[0]
+        needed = top is not None and top.needs_reply(key)
+        if needed or part.pending_tokens + grow > PENDING_TOKENS:
+            return False
+        waiting[key] = (tail, np.array(reply, dtype=np.int32))
+        part.pending_tokens += grow
+        return True
     tail = prompt[-REPLY_PROMPT_TOKENS:]
     size = tail.shape[0] + reply.shape[0]
     if part.pending_tokens + size > PENDING_TOKENS:
