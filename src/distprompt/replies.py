@@ -75,6 +75,46 @@ def _occurrences(grams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return prev, first
 
 
+def _looked_up(g1: np.ndarray, g2: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Which grams of :func:`_measure`'s blocks (orders 1 to 5, in ``lo``'s layout) may equal
+    a gram the measures look up, those ending at ``ends`` (each reply's tokens and the token
+    before it): a gram's last token must be one of theirs, and from order 2 its last bigram.
+    The others cannot be an occurrence of one (most of a long prompt's), so they need not be
+    sorted. A few more pass (:func:`_members`), which changes nothing but the work."""
+    tok = _members(g1, g1[ends])
+    big = _members(g2, g2[ends - 1])  # big[e - 1]: the bigram ending at e
+    return np.concatenate((tok, big, big[1:], big[2:], big[3:]))
+
+
+#: :func:`_members`' table: 2**16 flags (64 KB, a cache's worth).
+_FILTER_BITS = np.uint64(16)
+
+
+def _members(values: np.ndarray, of: np.ndarray) -> np.ndarray:
+    """Whether each hash of ``values`` may be one of ``of``: True for every one that is, and
+    for a few others (those whose top bits, once mixed, are one of theirs: about ``len(of)``
+    in 65,536 of the rest). A table lookup: a binary search in ``of`` costs as much as the
+    sort it saves."""
+    shift = np.uint64(64) - _FILTER_BITS
+    table = np.zeros(1 << int(_FILTER_BITS), dtype=bool)
+    with np.errstate(over="ignore"):
+        table[(of * _M[1]) >> shift] = True
+        return table[(values * _M[1]) >> shift]
+
+
+def _occurrences_among(grams: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_occurrences` of ``grams`` where ``keep`` holds, the others left out of the sort
+    (none of them equals a kept one: :func:`_looked_up`); a left-out gram has no earlier
+    occurrence and is its own first."""
+    at = np.flatnonzero(keep)
+    prev_kept, first_kept = _occurrences(grams[at])
+    prev = np.full(grams.shape[0], -1, dtype=np.intp)
+    prev[at] = np.where(prev_kept >= 0, at[prev_kept], -1)
+    first = np.arange(grams.shape[0], dtype=np.intp)
+    first[at] = at[first_kept]
+    return prev, first
+
+
 def _ngram_counts(
     x: np.ndarray,
     first: np.ndarray,
@@ -262,10 +302,11 @@ def _measure(pairs: Sequence[tuple[np.ndarray, np.ndarray]], rows: list[int]) ->
     # (o + 1)-gram ending at e is (-1: none; one in another order's block: a collision);
     # first[...]: its first occurrence
     lo = np.array([0, size, 2 * size - 1, 3 * size - 3, 4 * size - 6], dtype=np.intp)
-    prev, first = _occurrences(np.concatenate((g1, g2, g3, g4, g5)))
     # every reply token's position, its row (in the batch), and its reply's start
     row = np.repeat(np.arange(len(rows)), n)
     pos = np.arange(row.shape[0]) - np.repeat(np.cumsum(n) - n, n) + k[row]
+    grams = np.concatenate((g1, g2, g3, g4, g5))
+    prev, first = _occurrences_among(grams, _looked_up(g1, g2, np.concatenate((pos, k - 1))))
     count = len(rows)
 
     def per_row(hit: np.ndarray, where: np.ndarray = row) -> np.ndarray:
