@@ -75,7 +75,7 @@ def _occurrences(grams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return prev, first
 
 
-def _looked_up(g1: np.ndarray, g2: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def _looked_up(g1: np.ndarray, g2: np.ndarray, g3: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Which grams of :func:`_measure`'s blocks (orders 1 to 5, in ``lo``'s layout) may equal
     a gram the measures look up, those ending at ``ends`` (each reply's tokens and the token
     before it): a gram's last token must be one of theirs, and from order 2 its last bigram.
@@ -83,7 +83,9 @@ def _looked_up(g1: np.ndarray, g2: np.ndarray, ends: np.ndarray) -> np.ndarray:
     sorted. A few more pass (:func:`_members`), which changes nothing but the work."""
     tok = _members(g1, g1[ends])
     big = _members(g2, g2[ends - 1])  # big[e - 1]: the bigram ending at e
-    return np.concatenate((tok, big, big[1:], big[2:], big[3:]))
+    tri = _members(g3, g3[ends - 2])  # tri[e - 2]: the trigram ending at e
+    tri &= big[1:]
+    return np.concatenate((tok, big, tri, tri[1:], tri[2:]))
 
 
 #: :func:`_members`' table: 2**16 flags (64 KB, a cache's worth).
@@ -306,7 +308,7 @@ def _measure(pairs: Sequence[tuple[np.ndarray, np.ndarray]], rows: list[int]) ->
     row = np.repeat(np.arange(len(rows)), n)
     pos = np.arange(row.shape[0]) - np.repeat(np.cumsum(n) - n, n) + k[row]
     grams = np.concatenate((g1, g2, g3, g4, g5))
-    prev, first = _occurrences_among(grams, _looked_up(g1, g2, np.concatenate((pos, k - 1))))
+    prev, first = _occurrences_among(grams, _looked_up(g1, g2, g3, np.concatenate((pos, k - 1))))
     count = len(rows)
 
     def per_row(hit: np.ndarray, where: np.ndarray = row) -> np.ndarray:

@@ -19,7 +19,7 @@ import numpy as np
 
 from distprompt.errors import TokenizerError
 
-__all__ = ["TokenizerInfo", "decode", "encode_many", "load_tokenizer"]
+__all__ = ["TokenizerInfo", "decode", "decode_input", "encode_many", "load_tokenizer"]
 
 logger = logging.getLogger("distprompt.recover.decode")
 
@@ -240,11 +240,21 @@ def _load_path(path: Path, name: str, auto: Any, fast: Any) -> tuple[Any, str, P
     return tok, kind, tj
 
 
+def decode_input(tokenizer: Any, ids: Sequence[int] | np.ndarray) -> Any:
+    """``ids`` as ``tokenizer.decode`` takes them fastest, the same ids: an int64 array for a
+    ``transformers`` tokenizer (it turns one into a list in one call, ``tolist``, while a list
+    it walks element by element first: in the export 0.39 s of 2,432 calls whose decoding took
+    0.18 s), a list of ints for anything else."""
+    arr = np.asarray(ids, dtype=np.int64)
+    base = getattr(sys.modules.get("transformers"), "PreTrainedTokenizerBase", None)
+    return arr if base is not None and isinstance(tokenizer, base) else arr.tolist()
+
+
 def decode(tokenizer: Any, ids: Sequence[int] | np.ndarray, *, keep_special: bool = True) -> str:
     """Detokenize ``ids`` exactly as written: special tokens kept, no space clean-up."""
     return str(
         tokenizer.decode(
-            [int(i) for i in ids],
+            decode_input(tokenizer, ids),
             skip_special_tokens=not keep_special,
             clean_up_tokenization_spaces=False,
         )

@@ -20,6 +20,7 @@ from typing import Any
 from distprompt.records import Ambiguity
 from distprompt.recover.ambiguity import user_reading
 from distprompt.recover.compare import diff_reason, encode_offsets, first_diff, masked_prefix
+from distprompt.recover.decode import decode_input
 from distprompt.recover.template import (
     ARG_KEY,
     ARG_VALUE,
@@ -619,7 +620,7 @@ def recover_turns(
             f"expected a loss_mask as long as prompt_ids ({len(ids)}), found {len(loss_mask)}; "
             "pass loss_mask[:n_prompt_tokens]"
         )
-    text = tokenizer.decode(ids, skip_special_tokens=False)
+    text = tokenizer.decode(decode_input(tokenizer, ids), skip_special_tokens=False)
     enc, offsets = encode_offsets(tokenizer, text)
     text_ok = enc == ids
     notes: list[str] = []
