@@ -10,7 +10,7 @@ import functools
 import hashlib
 import heapq
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
@@ -155,7 +155,7 @@ class BottomK:
 
     def set_reply(self, key: int, reply: np.ndarray) -> None:
         """Give the entry of ``key`` its reply features (:func:`reply_features`)."""
-        self._entries[key] = replace(self._entries[key], reply=reply)
+        self._entries[key] = _with_reply(self._entries[key], reply)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled by column (a pass worker sends its pools to the main process): one object per
@@ -247,6 +247,15 @@ def _rebuilt(
     return Candidate(
         c.key, c.source, c.prompt_ids, c.prompt_mask, c.response_ids, c.n_response_tokens,
         provenance, count, window, c.n_prompt, c.n_first_response, c.reply,
+    )  # fmt: skip
+
+
+def _with_reply(c: Candidate, reply: np.ndarray) -> Candidate:
+    """``c`` with its reply features, by the constructor (as :func:`_rebuilt`: once a measured
+    row of the pass)."""
+    return Candidate(
+        c.key, c.source, c.prompt_ids, c.prompt_mask, c.response_ids, c.n_response_tokens,
+        c.provenance, c.count, c.window, c.n_prompt, c.n_first_response, reply,
     )  # fmt: skip
 
 
@@ -490,7 +499,7 @@ class TopReplies:
         """Give the kept row of ``key`` its reply features (:func:`reply_features`)."""
         e = self._entries
         i = next(i for i, t in enumerate(e) if t[2].key == key)
-        e[i] = (e[i][0], e[i][1], replace(e[i][2], reply=reply))
+        e[i] = (e[i][0], e[i][1], _with_reply(e[i][2], reply))
 
     def merge(self, other: TopReplies) -> TopReplies:
         for _, _, c in other._entries:
