@@ -76,32 +76,37 @@ def _occurrences(grams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _looked_up(g1: np.ndarray, g2: np.ndarray, g3: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Which grams of :func:`_measure`'s blocks (orders 1 to 5, in ``lo``'s layout) may equal
-    a gram the measures look up, those ending at ``ends`` (each reply's tokens and the token
-    before it): a gram's last token must be one of theirs, and from order 2 its last bigram.
-    The others cannot be an occurrence of one (most of a long prompt's), so they need not be
-    sorted. A few more pass (:func:`_members`), which changes nothing but the work."""
-    tok = _members(g1, g1[ends])
-    big = _members(g2, g2[ends - 1])  # big[e - 1]: the bigram ending at e
-    tri = _members(g3, g3[ends - 2])  # tri[e - 2]: the trigram ending at e
+    """Which grams of :func:`_measure`'s blocks (orders 1 to 5, in ``lo``'s layout) need to be
+    sorted: those that may equal another gram of the batch and a gram the measures look up,
+    those ending at ``ends`` (each reply's tokens and the token before it). A gram equal to no
+    other has no earlier occurrence and is its own first, which is what a gram left out of the
+    sort gets; one that may equal a looked-up gram has its last token among theirs, from order
+    2 its last bigram, from order 3 its last trigram, and those occur twice or more. Most of a
+    long prompt's grams, and most of a reply's of order 3 and more, fail it. A few more pass
+    (:func:`_may_be`), which changes nothing but the work."""
+    tok = _may_be(g1, ends)
+    big = _may_be(g2, ends - 1)  # big[e - 1]: the bigram ending at e
+    tri = _may_be(g3, ends - 2)  # tri[e - 2]: the trigram ending at e
     tri &= big[1:]
     return np.concatenate((tok, big, tri, tri[1:], tri[2:]))
 
 
-#: :func:`_members`' table: 2**16 flags (64 KB, a cache's worth).
+#: :func:`_may_be`'s tables: 2**16 buckets (cache-sized).
 _FILTER_BITS = np.uint64(16)
 
 
-def _members(values: np.ndarray, of: np.ndarray) -> np.ndarray:
-    """Whether each hash of ``values`` may be one of ``of``: True for every one that is, and
-    for a few others (those whose top bits, once mixed, are one of theirs: about ``len(of)``
-    in 65,536 of the rest). A table lookup: a binary search in ``of`` costs as much as the
-    sort it saves."""
-    shift = np.uint64(64) - _FILTER_BITS
-    table = np.zeros(1 << int(_FILTER_BITS), dtype=bool)
+def _may_be(grams: np.ndarray, looked_up: np.ndarray) -> np.ndarray:
+    """Whether each hash of ``grams`` may occur more than once and be one of those at
+    ``looked_up``: True for every one that does, and for a few others (whose bucket, the top
+    bits once mixed, holds other hashes: about ``len(grams)`` in 65,536). Table lookups: a
+    binary search, or a sort, costs as much as the sort this saves."""
     with np.errstate(over="ignore"):
-        table[(of * _M[1]) >> shift] = True
-        return table[(values * _M[1]) >> shift]
+        bucket = ((grams * _M[1]) >> (np.uint64(64) - _FILTER_BITS)).astype(np.intp)
+    wanted = np.zeros(1 << int(_FILTER_BITS), dtype=bool)
+    wanted[bucket[looked_up]] = True
+    out = wanted[bucket]
+    out &= np.bincount(bucket, minlength=wanted.shape[0])[bucket] > 1
+    return out
 
 
 def _occurrences_among(grams: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -308,7 +313,8 @@ def _measure(pairs: Sequence[tuple[np.ndarray, np.ndarray]], rows: list[int]) ->
     row = np.repeat(np.arange(len(rows)), n)
     pos = np.arange(row.shape[0]) - np.repeat(np.cumsum(n) - n, n) + k[row]
     grams = np.concatenate((g1, g2, g3, g4, g5))
-    prev, first = _occurrences_among(grams, _looked_up(g1, g2, g3, np.concatenate((pos, k - 1))))
+    looked_up = np.concatenate((pos, k - 1))  # where the grams the measures look up end
+    prev, first = _occurrences_among(grams, _looked_up(g1, g2, g3, looked_up))
     count = len(rows)
 
     def per_row(hit: np.ndarray, where: np.ndarray = row) -> np.ndarray:
