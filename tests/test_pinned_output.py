@@ -48,17 +48,17 @@ VERSIONS = {
     "tokenizers": ("0.23.3",),
     "transformers": ("5.24.0", "5.25.0"),
 }
-FULL_PROMPT_SUITE = "9f59b4c8e77b155d5415a0b5028f93ade8d0548ba65bdb63b7a1fa651814cbda"
-FULL_PROMPT_REPORT = "a0d502f470a87b3577685309d31bb0c630c0582caa142bab7dae3e3c985cf922"
-SUITE = "a522fc4e348fcbbcbee2af62ff84fe0fe71af9eabeeddc1c2e3be1bc8a1a9807"
-MANIFEST = "f61d222f7a5f5128256c60a1f42913bb3be368011406fb89b9ca5a8dcc34639e"
+FULL_PROMPT_SUITE = "0c7a885e9209efd5cf8d116049c73ef88cc6525bccbef97d4aac23fe258a7193"
+FULL_PROMPT_REPORT = "34aa22d9fd3ed3124fc6927e72e8fd38611462ad43e2eb36bf643dab47392175"
+SUITE = "7b310a3513ce90cec2a0ee24060a0b5983a152f41812435a92542be73e81a33e"
+MANIFEST = "469ac47544235172f14ae251873272ee8701feefc74b830569e5031e63c7e814"
 # suite.parquet (issue 30: the same items as suite.jsonl, typed columns; not in the manifest's
 # "files", as suite.jsonl is not, so no other pin moved): its bytes hold for this pyarrow
-PARQUET = "5e4bd56c02f5606ea11d4ccff54c977f3d1842bba899267b862244225e0ea41b"
+PARQUET = "38bc289cdf059d89752d54192b3b24817d6d9ca72394375c312babd7fe4a0814"
 PARQUET_PYARROW = "26.0.1"
 # the manifest records each source's sampling design as selected, so whole-prompt features
 # (another selection) have their own
-FULL_PROMPT_MANIFEST = "6f00bfb07ea0c8e20cf80082d6afa5d4c8115bf03058689bceb60b47aecfab53"
+FULL_PROMPT_MANIFEST = "dacaf7e39c403844b4e92a37572a9b7b4b3e16810f5c201c4997653c21c733ed"
 
 
 def _versions() -> dict[str, str]:

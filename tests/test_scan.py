@@ -107,7 +107,10 @@ def test_a_duplicated_prompt_keeps_a_uniform_draw_of_its_rows() -> None:
     firsts = [0, 0, 0]
     for key in range(600):
         fwd, rev = BottomK(1000), BottomK(1000)
-        rows = [candidate(key, shard="s", line=j + 1, offset=100 * j) for j in range(3)]
+        rows = [
+            candidate(key, shard="s", line=j + 1, offset=100 * j, n_resp=10 * (j + 1))
+            for j in range(3)
+        ]
         for c in rows:
             fwd.add(c)
         for c in reversed(rows):
@@ -118,10 +121,15 @@ def test_a_duplicated_prompt_keeps_a_uniform_draw_of_its_rows() -> None:
         # the pool's own forecast of which row takes the place of another
         lone = BottomK(1000)
         lone.add(rows[0])
-        assert lone.replaced_by(key, rows[1].provenance) == (
+        assert lone.replaced_by(key, 20, 20, rows[1].provenance) == (
             [c.provenance for c in _after(lone, rows[1])] == [rows[1].provenance]
         )
     assert min(firsts) > 150, firsts  # 200 each on average
+    # rows alike after the prompt (the same row written again) are taken in file order
+    same = BottomK(10)
+    for j in (2, 0, 1):
+        same.add(candidate(5, shard="s", line=j + 1, offset=100 * j, n_resp=7))
+    assert same.candidates()[0].provenance.line == 1
 
 
 def _after(pool: BottomK, cand: Any) -> list[Any]:

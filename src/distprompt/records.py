@@ -164,7 +164,7 @@ class Candidate:
     prompt_mask: np.ndarray | None  # int8: loss_mask over the prompt span (earlier trained turns)
     response_ids: np.ndarray | None  # int32: the first assistant span after the prompt
     n_response_tokens: int
-    provenance: Provenance  # one of the prompt's rows, a uniform draw (read.pools.BottomK.add)
+    provenance: Provenance  # one of the prompt's rows, drawn at random (read.pools._rank_of)
     count: int = 1  # rows carrying this exact prompt
     # feature_window(prompt ids), or where it is in the pass's window store (read back when
     # the source is selected: distprompt.read.spill); None: from prompt_ids

@@ -134,13 +134,13 @@ class BottomK:
             del self._entries[evicted]
             self._entries[cand.key] = cand
 
-    def replaced_by(self, key: int, provenance: Provenance) -> bool:
-        """Whether a row of ``key`` at ``provenance`` would take the place of the entry kept
-        for ``key`` (False when there is none)."""
+    def replaced_by(self, key: int, n_first: int, n_response: int, provenance: Provenance) -> bool:
+        """Whether a row of ``key`` (first reply and response lengths, place) would take the
+        place of the entry kept for ``key`` (False when there is none)."""
         if self._frozen is not None:
             self._thaw()
         old = self._entries.get(key)
-        return old is not None and _rank_of(key, provenance) < _row_order(old)
+        return old is not None and _rank_of(key, n_first, n_response, provenance) < _row_order(old)
 
     def reject(self) -> None:
         """Record that a unique key was left out without building its entry."""
@@ -220,15 +220,20 @@ class BottomK:
         return round((n - 1) * _TWO64 / (kth + 1)), False
 
 
-def _rank_of(key: int, provenance: Provenance) -> tuple[int, Provenance]:
-    """Which row of a prompt the pool keeps: the smallest of a hash of the row's place
-    (shard and byte offset, which no split of the shard changes) keyed by the prompt's key,
+def _rank_of(
+    key: int, n_first: int, n_response: int, provenance: Provenance
+) -> tuple[int, Provenance]:
+    """Which row of a prompt the pool keeps: the smallest of a hash of what the row holds after
+    the prompt (its first reply's and its whole response's lengths) keyed by the prompt's key,
     then the earlier place. The rows of a duplicated prompt may differ after the prompt (a
-    prompt answered several times, a chat opening several conversations); the kept row is
-    the candidate's provenance, and its reply stands for all of them, so it is a uniform
-    draw among them (for a given seed, which the key carries), not the first in file order."""
+    prompt answered several times, a chat opening several conversations); the kept row is the
+    candidate's provenance and its reply stands for all of them, so it is drawn among them
+    (for a given seed, which the key carries), not the first in file order. A row's place
+    would tell apart rows written twice too, but it is not the same in another container of
+    the same rows (a Parquet copy), which gives the same suite; rows alike in both lengths
+    are taken in file order."""
     h = hashlib.blake2b(
-        provenance.shard.encode() + provenance.offset.to_bytes(8, "little", signed=True),
+        n_first.to_bytes(8, "little", signed=True) + n_response.to_bytes(8, "little", signed=True),
         digest_size=8,
         key=key.to_bytes(8, "little"),
     )
@@ -236,7 +241,7 @@ def _rank_of(key: int, provenance: Provenance) -> tuple[int, Provenance]:
 
 
 def _row_order(c: Candidate) -> tuple[int, Provenance]:
-    return _rank_of(c.key, c.provenance)
+    return _rank_of(c.key, c.first_response_length, c.n_response_tokens, c.provenance)
 
 
 def _rebuilt(

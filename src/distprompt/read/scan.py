@@ -33,7 +33,7 @@ from distprompt.read.spill import WindowStore
 from distprompt.read.tally import Tally
 from distprompt.read.units import Unit, UnitOutcome, UnitResult, merge_units, units
 from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES
-from distprompt.records import Candidate, Provenance, Row, Shard, SourceStats, feature_window
+from distprompt.records import Candidate, Row, Shard, SourceStats, feature_window
 from distprompt.replies import REPLY_PROMPT_TOKENS, reply_features, reply_features_many
 
 __all__ = [
@@ -254,7 +254,7 @@ def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> No
     if (
         measure
         and reply_ids is not None
-        and not _defer(part, source, key, prompt, reply_ids, heavy=heavy, row=row.provenance)
+        and not _defer(part, source, key, prompt, reply_ids, heavy=heavy, row=row)
     ):
         reply = reply_features(prompt, reply_ids)
     cand = Candidate(
@@ -365,7 +365,7 @@ def _defer(
     reply: np.ndarray,
     *,
     heavy: bool,
-    row: Provenance,
+    row: RowView,
 ) -> bool:
     """Keep the row's prompt tail and reply to measure when the unit ends (True), or leave it
     to be measured now (False: no room, or a row of the longest-reply tracker whose prompt
@@ -377,7 +377,9 @@ def _defer(
     if key in waiting:
         if heavy:
             return False
-        if not part.pools[source].replaced_by(key, row):
+        if not part.pools[source].replaced_by(
+            key, reply.shape[0], row.n_response_tokens, row.provenance
+        ):
             return True
         top = part.heavy.get(source)
         tail, old = waiting[key]
