@@ -85,3 +85,64 @@ def test_long_replies_stand_for_themselves_and_weights_meet_totals(
 def test_a_flat_source_has_no_take_all(heavy_corpus: Path, qwen_dir: Path) -> None:
     suite = build_suite(heavy_corpus, tokenizer=str(qwen_dir), per_source=10)
     assert not [it for it in suite if it.source == "chat" and it.stratum == "take-all"]
+
+
+def test_a_take_all_row_stands_for_the_rows_like_it_not_its_prompts_others(
+    qwen_tokenizer: Any, qwen_dir: Path, tmp_path: Path
+) -> None:
+    """A prompt answered more than once: its long reply is taken alone and stands for the rows
+    that repeat it (the same row written again), not for the prompt's rows with short
+    replies, which the other items stand for."""
+    root = tmp_path / "prepared"
+    longs = _long_rows(qwen_tokenizer, "agent", 2, 400)
+    short = row_from_messages(
+        qwen_tokenizer,
+        [
+            {"role": "user", "content": "Fix issue #0: the parser drops the last line."},
+            {"role": "assistant", "content": "Done."},
+        ],
+        "agent",
+    )
+    assert (
+        short["input_ids"][: short["n_prompt_tokens"]]
+        == longs[0]["input_ids"][: longs[0]["n_prompt_tokens"]]
+    )
+    rows = chat_rows(qwen_tokenizer, "agent", 150, seed=3)
+    # issue #0: one long reply and two short ones; issue #1: its long row written twice
+    rows[10:10] = [short, longs[0], short]
+    rows[80:80] = [longs[1], longs[1]]
+    write_shard(root / "A1_agent" / "tokenized_data.jsonl", rows)
+    for workers in (1, 2):
+        suite = build_suite(root, tokenizer=str(qwen_dir), per_source=10, workers=workers)
+        taken = sorted((it.weight, it.max_tokens) for it in suite if it.stratum == "take-all")
+        assert [w for w, _ in taken] == [1.0, 2.0]
+        assert all(n > 1500 for _, n in taken)
+        assert sum(it.weight for it in suite) == pytest.approx(len(rows), rel=1e-6)
+        first = sum(_first_reply(r) for r in rows)
+        assert sum(it.weight * it.max_tokens for it in suite) == pytest.approx(first, rel=1e-6)
+
+
+def test_the_longest_reply_tracker_counts_the_rows_of_its_length() -> None:
+    from distprompt.read.pools import TopReplies
+
+    from factories import candidate
+
+    rows = [(7, 500, 1), (7, 100, 2), (7, 500, 3), (8, 300, 4), (7, 500, 5), (9, 50, 6)]
+
+    def cand(key: int, n: int, line: int) -> Any:
+        return candidate(key, n_resp=n, line=line, offset=10 * line)
+
+    whole = TopReplies(2)
+    for r in rows:
+        if whole.offer(r[1], r[0]):
+            whole.add(cand(*r))
+    a, b = TopReplies(2), TopReplies(2)
+    for part, rs in ((a, rows[:3]), (b, rows[3:])):
+        for r in rs:
+            if part.offer(r[1], r[0]):
+                part.add(cand(*r))
+    for top in (whole, b.merge(a)):
+        got = [
+            (c.key, c.first_response_length, c.count, c.provenance.line) for c in top.candidates()
+        ]
+        assert got == [(7, 500, 3, 1), (8, 300, 1, 4)]

@@ -102,7 +102,6 @@ def select_source(
     if shards and k < len(cands):
         cands = measure_reference(cands, ref_keys, shards, seed=config.seed)
     rows = max(1, stats.rows)
-    pool_keys = {c.key: c for c in cands}
     # the take-all stratum, from the longest first replies the pass kept whatever their key
     # (the pool's own when none were handed on)
     longest = list(heavy) or sorted(cands, key=lambda c: (-c.first_response_length, c.key))
@@ -114,7 +113,10 @@ def select_source(
     if k >= len(cands) and not taken:
         return _every_candidate(cands, rows, stats, config)
     taken_keys = {c.key for c in taken}
-    fixed = [float(pool_keys[c.key].count if c.key in pool_keys else c.count) for c in taken]
+    # each stands for the rows of its prompt with a first reply as long (the tracker counts
+    # them; the pool's own candidates, when none were handed on, for every row of their
+    # prompt); the prompt's other rows, with shorter replies, are among those the rest stand for
+    fixed = [float(c.count) for c in taken]
     rest = [c for c in cands if c.key not in taken_keys]
     k_rest = min(k - len(taken), len(rest))
     chosen = [Chosen(c, 1, f, "take-all") for c, f in zip(taken, fixed, strict=True)]

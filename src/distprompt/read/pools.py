@@ -458,8 +458,10 @@ class TopReplies:
     """The rows of a source with the longest first replies (at most ``k``; ties by prompt key),
     whatever their prompt key: the rows that may alone hold a large share of the source's reply
     tokens, which a uniform pool can miss (selection's take-all stratum). One per prompt key
-    (the longest reply). Merges like the pool: the top ``k`` of a union is in the union of each
-    part's top ``k``."""
+    (the longest reply), whose ``count`` is the rows of that prompt with a first reply that
+    long (the same row written again: a take-all row stands for them, not for the prompt's
+    rows with shorter replies). Merges like the pool: the top ``k`` of a union is in the union
+    of each part's top ``k``."""
 
     __slots__ = ("_entries", "_keys", "k")
 
@@ -472,9 +474,10 @@ class TopReplies:
         return len(self._entries)
 
     def offer(self, length: int, key: int) -> bool:
-        """Whether a row with this first-reply length would be kept."""
+        """Whether a row with this first-reply length would be kept (or counted: a row of a
+        kept prompt, which :meth:`add` keeps, counts or leaves by its length)."""
         e = self._entries
-        return len(e) < self.k or (length, -key) > e[0][:2]
+        return len(e) < self.k or (length, -key) > e[0][:2] or key in self._keys
 
     def add(self, cand: Candidate) -> None:
         item = (cand.first_response_length, -cand.key, cand)
@@ -482,9 +485,13 @@ class TopReplies:
         if cand.key in self._keys:  # the same prompt again: the longer reply (then the first)
             i = next(i for i, t in enumerate(e) if t[2].key == cand.key)
             n, c = e[i][0], e[i][2]
-            if item[0] > n or (item[0] == n and cand.provenance < c.provenance):
+            if item[0] > n:
                 e[i] = item
                 heapq.heapify(e)
+            elif item[0] == n:  # counted with it: the rows a take-all row stands for
+                keep = cand if cand.provenance < c.provenance else c
+                count = c.count + cand.count
+                e[i] = (n, item[1], _rebuilt(keep, keep.provenance, count, keep.window))
             return
         if len(e) < self.k:
             heapq.heappush(e, item)
