@@ -118,23 +118,12 @@ def test_a_duplicated_prompt_keeps_a_uniform_draw_of_its_rows() -> None:
         (got,) = fwd.candidates()
         assert got.count == 3 and got.provenance == rev.candidates()[0].provenance
         firsts[got.provenance.line - 1] += 1
-        # the pool's own forecast of which row takes the place of another
-        lone = BottomK(1000)
-        lone.add(rows[0])
-        assert lone.replaced_by(key, 20, 20, rows[1].provenance) == (
-            [c.provenance for c in _after(lone, rows[1])] == [rows[1].provenance]
-        )
     assert min(firsts) > 150, firsts  # 200 each on average
     # rows alike after the prompt (the same row written again) are taken in file order
     same = BottomK(10)
     for j in (2, 0, 1):
         same.add(candidate(5, shard="s", line=j + 1, offset=100 * j, n_resp=7))
     assert same.candidates()[0].provenance.line == 1
-
-
-def _after(pool: BottomK, cand: Any) -> list[Any]:
-    pool.add(cand)
-    return pool.candidates()
 
 
 def _view(cands: list[Any]) -> list[tuple[int, int, Any, list[int] | None]]:
@@ -630,10 +619,7 @@ def test_rows_of_the_longest_reply_tracker_wait_too(
     ref = {c.key for c in pool_late[:10]}
     for eager, late in ((pool_eager, pool_late), (top_eager, top_late)):
         got = {c.key: c.reply for c in late if c.reply is not None}
-        # a row measured as it came (the tracker's, when its prompt waited with another row)
-        # keeps its features if its key leaves the bottom-m later: selection reads only the
-        # reference sample's (sources._in_ref)
-        assert ref <= set(got) and len(set(got) - ref) <= 2
+        assert set(got) == ref
         for c in eager:
             if c.key in ref:
                 assert np.array_equal(c.reply, got[c.key])
@@ -676,3 +662,44 @@ def _count_measures(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     monkeypatch.setattr(scan_module, "reply_features", counted)
     monkeypatch.setattr(scan_module, "reply_features_many", counted_many)
     return calls
+
+
+def test_the_rows_of_a_duplicated_prompt_wait_side_by_side(
+    tmp_path: Path, qwen_tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several rows of one prompt in a unit, with different replies: whichever the pool keeps
+    (not always the first) gets its own reply's features, measured when the unit ends as when
+    each row is measured as it comes."""
+    from distprompt.read import scan as scan_module
+    from distprompt.read.scan import scan
+    from distprompt.replies import reply_features
+
+    from factories import row_from_messages
+
+    rows = []
+    for i in range(40):
+        ask = {"role": "user", "content": f"Question {i}: name a colour."}
+        for j in range(3):
+            reply = " ".join(["red", "green", "blue"][: j + 1] * (i % 5 + j + 1))
+            rows.append(
+                row_from_messages(
+                    qwen_tokenizer, [ask, {"role": "assistant", "content": reply}], "s"
+                )
+            )
+    write_shard(tmp_path / "d" / "a.jsonl", rows)
+    shards = discover_shards(tmp_path / "d")
+    got = {}
+    for budget in (0, 10**9):  # every row measured as it comes; every row waits
+        monkeypatch.setattr(scan_module, "PENDING_TOKENS", budget)
+        part = scan(shards, max_candidates=100, schedule=Schedule(workers=1))
+        got[budget] = {c.key: (c.provenance, c.reply) for c in part.pools["s"].candidates()}
+    assert got[0].keys() == got[10**9].keys() and len(got[0]) == 40
+    lines = [c[0].line for c in got[0].values()]
+    assert {(ln - 1) % 3 for ln in lines} == {0, 1, 2}  # not always a prompt's first row
+    for key, (prov, reply) in got[10**9].items():
+        r = rows[prov.line - 1]
+        n = r["n_prompt_tokens"]
+        ids = np.array(r["input_ids"])
+        assert prov == got[0][key][0]
+        assert np.array_equal(reply, got[0][key][1])
+        assert np.array_equal(reply, reply_features(ids[:n], ids[n:]))

@@ -13,7 +13,7 @@ import numpy as np
 from distprompt.read.pools import BottomK, TopReplies
 from distprompt.read.spill import WindowStore
 from distprompt.read.tally import Tally
-from distprompt.records import Shard, SourceStats
+from distprompt.records import Provenance, Shard, SourceStats
 
 __all__ = ["REPLY_SAMPLE", "Partial", "PoolCounts", "normalize"]
 
@@ -58,10 +58,12 @@ class Partial:
     # heap) and the same as a set; not merged (cleared before a unit's partial is returned)
     ref: dict[str, tuple[list[int], set[int]]] = field(default_factory=dict)
     ref_size: int = REPLY_SAMPLE  # the bottom-m kept by ``ref`` (smaller for a byte range)
-    # per source, the rows of ``ref`` whose reply is measured when the unit ends (prompt tail,
-    # reply), and their tokens in all; not merged (settled before a unit's partial is
-    # returned): most rows that enter a unit's running bottom-m leave it again
-    pending: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
+    # per source and key of ``ref``, the prompt's tail and the replies of its rows (by row) to
+    # measure when the unit ends, and their tokens in all; not merged (settled before a unit's
+    # partial is returned): most rows that enter a unit's running bottom-m leave it again
+    pending: dict[str, dict[int, tuple[np.ndarray, dict[Provenance, np.ndarray]]]] = field(
+        default_factory=dict
+    )
     pending_tokens: int = 0
     # whether selection will need the longest replies and the reply sample (not ``inspect``)
     replies: bool = True

@@ -134,24 +134,16 @@ class BottomK:
             del self._entries[evicted]
             self._entries[cand.key] = cand
 
-    def replaced_by(self, key: int, n_first: int, n_response: int, provenance: Provenance) -> bool:
-        """Whether a row of ``key`` (first reply and response lengths, place) would take the
-        place of the entry kept for ``key`` (False when there is none)."""
-        if self._frozen is not None:
-            self._thaw()
-        old = self._entries.get(key)
-        return old is not None and _rank_of(key, n_first, n_response, provenance) < _row_order(old)
-
     def reject(self) -> None:
         """Record that a unique key was left out without building its entry."""
         self.saturated = True
 
-    def needs_reply(self, key: int) -> bool:
-        """Whether the entry of ``key`` is kept and has no reply features yet."""
+    def unmeasured(self, key: int) -> Provenance | None:
+        """The row of the entry of ``key`` when it is kept and has no reply features yet."""
         if self._frozen is not None:
             self._thaw()
         cand = self._entries.get(key)
-        return cand is not None and cand.reply is None
+        return cand.provenance if cand is not None and cand.reply is None else None
 
     def set_reply(self, key: int, reply: np.ndarray) -> None:
         """Give the entry of ``key`` its reply features (:func:`reply_features`)."""
@@ -220,10 +212,8 @@ class BottomK:
         return round((n - 1) * _TWO64 / (kth + 1)), False
 
 
-def _rank_of(
-    key: int, n_first: int, n_response: int, provenance: Provenance
-) -> tuple[int, Provenance]:
-    """Which row of a prompt the pool keeps: the smallest of a hash of what the row holds after
+def _row_order(c: Candidate) -> tuple[int, Provenance]:
+    """Which row of a prompt the pool keeps (the smallest): a hash of what the row holds after
     the prompt (its first reply's and its whole response's lengths) keyed by the prompt's key,
     then the earlier place. The rows of a duplicated prompt may differ after the prompt (a
     prompt answered several times, a chat opening several conversations); the kept row is the
@@ -233,15 +223,12 @@ def _rank_of(
     the same rows (a Parquet copy), which gives the same suite; rows alike in both lengths
     are taken in file order."""
     h = hashlib.blake2b(
-        n_first.to_bytes(8, "little", signed=True) + n_response.to_bytes(8, "little", signed=True),
+        c.first_response_length.to_bytes(8, "little", signed=True)
+        + c.n_response_tokens.to_bytes(8, "little", signed=True),
         digest_size=8,
-        key=key.to_bytes(8, "little"),
+        key=c.key.to_bytes(8, "little"),
     )
-    return int.from_bytes(h.digest(), "little"), provenance
-
-
-def _row_order(c: Candidate) -> tuple[int, Provenance]:
-    return _rank_of(c.key, c.first_response_length, c.n_response_tokens, c.provenance)
+    return int.from_bytes(h.digest(), "little"), c.provenance
 
 
 def _rebuilt(
@@ -463,12 +450,12 @@ class TopReplies:
     rows with shorter replies). Merges like the pool: the top ``k`` of a union is in the union
     of each part's top ``k``."""
 
-    __slots__ = ("_entries", "_keys", "k")
+    __slots__ = ("_entries", "_lengths", "k")
 
     def __init__(self, k: int) -> None:
         self.k = k
         self._entries: list[tuple[int, int, Candidate]] = []  # heap: (length, -key, cand)
-        self._keys: set[int] = set()
+        self._lengths: dict[int, int] = {}  # the kept prompt keys, their first-reply length
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -476,18 +463,22 @@ class TopReplies:
     def offer(self, length: int, key: int) -> bool:
         """Whether a row with this first-reply length would be kept (or counted: a row of a
         kept prompt, which :meth:`add` keeps, counts or leaves by its length)."""
+        kept = self._lengths.get(key)
+        if kept is not None:
+            return length >= kept
         e = self._entries
-        return len(e) < self.k or (length, -key) > e[0][:2] or key in self._keys
+        return len(e) < self.k or (length, -key) > e[0][:2]
 
     def add(self, cand: Candidate) -> None:
         item = (cand.first_response_length, -cand.key, cand)
         e = self._entries
-        if cand.key in self._keys:  # the same prompt again: the longer reply (then the first)
+        if cand.key in self._lengths:  # the same prompt again: the longer reply (then the first)
             i = next(i for i, t in enumerate(e) if t[2].key == cand.key)
             n, c = e[i][0], e[i][2]
             if item[0] > n:
                 e[i] = item
                 heapq.heapify(e)
+                self._lengths[cand.key] = item[0]
             elif item[0] == n:  # counted with it: the rows a take-all row stands for
                 keep = cand if cand.provenance < c.provenance else c
                 count = c.count + cand.count
@@ -496,16 +487,17 @@ class TopReplies:
         if len(e) < self.k:
             heapq.heappush(e, item)
         elif item[:2] > e[0][:2]:
-            self._keys.discard(heapq.heapreplace(e, item)[2].key)
+            del self._lengths[heapq.heapreplace(e, item)[2].key]
         else:
             return
-        self._keys.add(cand.key)
+        self._lengths[cand.key] = item[0]
 
-    def needs_reply(self, key: int) -> bool:
-        """Whether a row of ``key`` is kept and has no reply features yet."""
-        return key in self._keys and any(
-            c.key == key and c.reply is None for _, _, c in self._entries
-        )
+    def unmeasured(self, key: int) -> Provenance | None:
+        """The kept row of ``key`` when it has no reply features yet."""
+        if key not in self._lengths:
+            return None
+        c = next(c for _, _, c in self._entries if c.key == key)
+        return c.provenance if c.reply is None else None
 
     def set_reply(self, key: int, reply: np.ndarray) -> None:
         """Give the kept row of ``key`` its reply features (:func:`reply_features`)."""

@@ -33,7 +33,7 @@ from distprompt.read.spill import WindowStore
 from distprompt.read.tally import Tally
 from distprompt.read.units import Unit, UnitOutcome, UnitResult, merge_units, units
 from distprompt.read.validate import DEFAULT_MAX_LINE_BYTES
-from distprompt.records import Candidate, Row, Shard, SourceStats, feature_window
+from distprompt.records import Candidate, Provenance, Row, Shard, SourceStats, feature_window
 from distprompt.replies import REPLY_PROMPT_TOKENS, reply_features, reply_features_many
 
 __all__ = [
@@ -249,12 +249,12 @@ def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> No
     reply_ids = row.ids(start, end) if hold or measure else None
     reply = None
     # measured when the unit ends, if still among its smallest keys (most rows that enter the
-    # unit's running bottom-m leave it again); a row the longest-reply tracker keeps carries
-    # its own features, so it is measured now when another row of its prompt already waits
+    # unit's running bottom-m leave it again) and still the row the pool or the longest-reply
+    # tracker keeps for its prompt
     if (
         measure
         and reply_ids is not None
-        and not _defer(part, source, key, prompt, reply_ids, heavy=heavy, row=row)
+        and not _defer(part, source, key, prompt, reply_ids, row.provenance)
     ):
         reply = reply_features(prompt, reply_ids)
     cand = Candidate(
@@ -346,8 +346,8 @@ def _in_reference(part: Partial, source: str, key: int) -> bool:
         keys.add(key)
         waiting = part.pending.get(source)
         if waiting is not None and evicted in waiting:
-            p, r = waiting.pop(evicted)
-            part.pending_tokens -= p.shape[0] + r.shape[0]
+            tail, replies = waiting.pop(evicted)
+            part.pending_tokens -= tail.shape[0] + sum(r.shape[0] for r in replies.values())
         return True
     return False
 
@@ -363,61 +363,44 @@ def _defer(
     key: int,
     prompt: np.ndarray,
     reply: np.ndarray,
-    *,
-    heavy: bool,
-    row: RowView,
+    row: Provenance,
 ) -> bool:
-    """Keep the row's prompt tail and reply to measure when the unit ends (True), or leave it
-    to be measured now (False: no room, or a row of the longest-reply tracker whose prompt
-    already waits with another row's reply). A prompt seen before in the unit waits once: with
-    the reply of the row the pool keeps for it (:meth:`~distprompt.read.pools.BottomK.add`),
-    and when the tracker still needs the reply that waits, the row that replaces it in the
-    pool is measured now."""
+    """Keep the row's reply (and its prompt's tail, once a prompt) to measure when the unit
+    ends (True), or leave it to be measured now (False: no room). The rows of one prompt wait
+    side by side: the one the pool keeps and the one the longest-reply tracker keeps are
+    measured (:func:`_settle_pending`), whichever they are by then."""
     waiting = part.pending.setdefault(source, {})
-    if key in waiting:
-        if heavy:
-            return False
-        if not part.pools[source].replaced_by(
-            key, reply.shape[0], row.n_response_tokens, row.provenance
-        ):
-            return True
-        top = part.heavy.get(source)
-        tail, old = waiting[key]
-        grow = reply.shape[0] - old.shape[0]
-        needed = top is not None and top.needs_reply(key)
-        if needed or part.pending_tokens + grow > PENDING_TOKENS:
-            return False
-        waiting[key] = (tail, np.array(reply, dtype=np.int32))
-        part.pending_tokens += grow
-        return True
-    tail = prompt[-REPLY_PROMPT_TOKENS:]
-    size = tail.shape[0] + reply.shape[0]
+    got = waiting.get(key)
+    tail = prompt[-REPLY_PROMPT_TOKENS:] if got is None else got[0]
+    size = reply.shape[0] + (tail.shape[0] if got is None else 0)
     if part.pending_tokens + size > PENDING_TOKENS:
         return False
-    waiting[key] = (np.array(tail, dtype=np.int32), np.array(reply, dtype=np.int32))
+    if got is None:
+        got = waiting[key] = (np.array(tail, dtype=np.int32), {})
+    got[1][row] = np.array(reply, dtype=np.int32)
     part.pending_tokens += size
     return True
 
 
 def _settle_pending(part: Partial) -> None:
-    """Measure the replies still waiting (``Partial.pending``) into the pool's entries."""
+    """Measure the replies still waiting (``Partial.pending``) of the rows the pool and the
+    longest-reply tracker keep into their entries, each row once."""
     for source, waiting in part.pending.items():
         pool = part.pools.get(source)
         if pool is None:
             continue
         top = part.heavy.get(source)
-        # the tracker's entry of ``key``, when unmeasured, is the row that waits: a later row
-        # of the prompt that it kept instead was measured as it came (_defer)
-        todo = [
-            (key, pool.needs_reply(key), top is not None and top.needs_reply(key))
-            for key in waiting
-        ]
-        todo = [t for t in todo if t[1] or t[2]]
-        measured = reply_features_many([waiting[key] for key, _, _ in todo])
-        for (key, in_pool, in_top), features in zip(todo, measured, strict=True):
-            if in_pool:
+        todo: list[tuple[int, Provenance, bool, bool]] = []
+        for key, (_, replies) in waiting.items():
+            in_pool = pool.unmeasured(key)
+            in_top = top.unmeasured(key) if top is not None else None
+            for row in {r for r in (in_pool, in_top) if r is not None and r in replies}:
+                todo.append((key, row, row == in_pool, row == in_top))
+        measured = reply_features_many([(waiting[k][0], waiting[k][1][r]) for k, r, _, _ in todo])
+        for (key, _, for_pool, for_top), features in zip(todo, measured, strict=True):
+            if for_pool:
                 pool.set_reply(key, features)
-            if in_top:
+            if for_top:
                 assert top is not None
                 top.set_reply(key, features)
     part.pending = {}
