@@ -226,3 +226,63 @@ def test_suite_items_are_found_by_provenance(
         assert set(counts.source[idx].tolist()) == {s}
     cells = H.evaluate(counts, rows, n_random=20, seed=0)
     assert {c.source for c in cells} == {"chat", "talk", None}
+
+
+def test_the_repeated_corpora_answer_a_prompt_again_with_the_sources_replies(
+    tmp_path: Path,
+) -> None:
+    """benchmarks/make_repeated_corpora.py: each added row is a prompt of the shard with the
+    response of another of its rows, within the row contract; a prompt's rows are written
+    longest first reply first; the same command writes the same bytes."""
+    import json
+    import random
+
+    spec = importlib.util.spec_from_file_location(
+        "make_repeated_corpora", REPO_ROOT / "benchmarks" / "make_repeated_corpora.py"
+    )
+    assert spec is not None and spec.loader is not None
+    rep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rep)
+
+    def row(prompt: list[int], reply: list[int]) -> dict[str, object]:
+        ids = prompt + reply + [0]
+        mask = [0] * len(prompt) + [1] * len(reply) + [0]
+        n = len(prompt)
+        return {
+            "input_ids": ids,
+            "loss_mask": mask,
+            "seq_len": len(ids),
+            "n_prompt_tokens": n,
+            "n_response_tokens": len(ids) - n,
+            "source": "s",
+        }
+
+    rows = [row([100 + i, 7], [200 + i] * (1 + i % 5)) for i in range(60)]
+    out = rep.repeat_shard(rows, random.Random(1))
+    assert len(out) > len(rows) + 10
+    responses = {tuple(r["input_ids"][r["n_prompt_tokens"] :]) for r in rows}
+    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    for r in out:
+        ids, n = r["input_ids"], r["n_prompt_tokens"]
+        assert r["seq_len"] == len(ids) == len(r["loss_mask"]) == n + r["n_response_tokens"]
+        assert tuple(ids[n:]) in responses
+        by_prompt.setdefault(tuple(ids[:n]), []).append(rep._first_reply(r))
+    assert len(by_prompt) == len(rows)
+    assert all(lengths == sorted(lengths, reverse=True) for lengths in by_prompt.values())
+    assert max(len(v) for v in by_prompt.values()) == 4
+
+    corpus = tmp_path / "c"
+    shard = corpus / "prepared" / "A1_s" / "tokenized_data.jsonl"
+    shard.parent.mkdir(parents=True)
+    shard.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (corpus / "corpus.json").write_text(
+        json.dumps({"name": "c", "role": "JUDGE", "tokenizer": "tok"}), encoding="utf-8"
+    )
+    written = []
+    for i in range(2):
+        rep.make(corpus, tmp_path / f"out{i}")
+        made = tmp_path / f"out{i}" / "c-rep" / "prepared" / "A1_s" / "tokenized_data.jsonl"
+        written.append(made.read_bytes())
+    assert written[0] == written[1]
+    meta = json.loads((tmp_path / "out0" / "c-rep" / "corpus.json").read_text(encoding="utf-8"))
+    assert meta["role"] == "JUDGE" and meta["made_from"] == "c"

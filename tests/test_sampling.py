@@ -146,3 +146,42 @@ def test_the_longest_reply_tracker_counts_the_rows_of_its_length() -> None:
             (c.key, c.first_response_length, c.count, c.provenance.line) for c in top.candidates()
         ]
         assert got == [(7, 500, 3, 1), (8, 300, 1, 4)]
+
+
+def test_the_reference_estimate_takes_every_row_of_a_repeated_prompt() -> None:
+    """The reply content a source's weights are calibrated to: a prompt whose rows were all
+    measured counts as the mean of its rows' replies, each with its own length; a prompt with
+    rows left unmeasured (a byte range missed it), or with one row, as its own row."""
+    import dataclasses
+
+    import numpy as np
+
+    from distprompt.pipeline.sources import _per_row
+    from distprompt.records import REPLY_FEATURES, REPLY_SCALE
+
+    from factories import candidate
+
+    width = len(REPLY_FEATURES)
+    own = np.full(width, REPLY_SCALE // 2, dtype=np.uint16)
+
+    def with_rows(key: int, count: int, replies: list[tuple[int, float]]) -> Any:
+        total = np.zeros(width + 2, dtype=np.int64)
+        for n, share in replies:
+            total[:width] += n * round(share * REPLY_SCALE)
+            total[width] += n
+            total[-1] += 1
+        return dataclasses.replace(
+            candidate(key, n_resp=10), count=count, reply=own, reply_sum=total
+        )
+
+    cands = [
+        with_rows(1, 3, [(10, 0.5), (30, 1.0), (20, 0.0)]),  # all three rows measured
+        with_rows(2, 2, [(10, 0.5)]),  # one of its two rows measured: its own
+        with_rows(3, 1, [(10, 0.5)]),
+    ]
+    shares = np.array([c.reply_shares() for c in cands])
+    tokens, content = _per_row(cands, shares)
+    assert tokens.tolist() == [20.0, 10.0, 10.0]
+    assert content[0] == pytest.approx(np.full(width, (10 * 0.5 + 30 * 1.0) / 3), rel=1e-4)
+    assert content[1] == pytest.approx(10 * shares[1])
+    assert content[2] == pytest.approx(10 * shares[2])

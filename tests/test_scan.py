@@ -703,3 +703,73 @@ def test_the_rows_of_a_duplicated_prompt_wait_side_by_side(
         assert prov == got[0][key][0]
         assert np.array_equal(reply, got[0][key][1])
         assert np.array_equal(reply, reply_features(ids[:n], ids[n:]))
+
+
+def test_a_reference_prompt_sums_the_replies_of_all_its_rows(
+    tmp_path: Path, qwen_tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prompt of the reference sample answered several times: the pool entry carries, beside
+    its own row's features, the sums over every row of the prompt (first-reply length x each
+    feature, the lengths, the rows), whichever row it keeps, measured as they come or when
+    the unit ends, in one unit or in byte ranges in two workers (integers: the same sums)."""
+    from distprompt.read import scan as scan_module
+    from distprompt.read.scan import scan
+    from distprompt.replies import reply_features
+
+    from factories import row_from_messages
+
+    rows = []
+    for i in range(30):
+        ask = {"role": "user", "content": f"Question {i}: name some colours."}
+        for j in range(1 + i % 3):
+            reply = " ".join(["red", "green", "blue"][: j + 1] * (i % 4 + 2 * j + 1))
+            rows.append(
+                row_from_messages(
+                    qwen_tokenizer, [ask, {"role": "assistant", "content": reply}], "s"
+                )
+            )
+    write_shard(tmp_path / "d" / "a.jsonl", rows)
+    shards = discover_shards(tmp_path / "d")
+    want: dict[int, np.ndarray] = {}
+    for r in rows:
+        n = r["n_prompt_tokens"]
+        ids = np.array(r["input_ids"])
+        f = reply_features(ids[:n], ids[n:]).astype(np.int64)
+        key = prompt_key(ids[:n])
+        row = np.concatenate([f * (len(ids) - n), [len(ids) - n, 1]])
+        want[key] = want[key] + row if key in want else row
+    got = {}
+    for name, budget, schedule in (
+        ("as they come", 0, Schedule(workers=1)),
+        ("when the unit ends", 10**9, Schedule(workers=1)),
+        ("byte ranges", 10**9, Schedule(workers=2, unit_bytes=4096)),
+    ):
+        monkeypatch.setattr(scan_module, "PENDING_TOKENS", budget)
+        part = scan(shards, max_candidates=100, schedule=schedule)
+        got[name] = {c.key: c for c in part.pools["s"].candidates()}
+    for name, cands in got.items():
+        assert cands.keys() == want.keys(), name
+        for key, c in cands.items():
+            assert c.reply_sum is not None, name
+            assert np.array_equal(c.reply_sum, want[key]), name
+            assert int(c.reply_sum[-1]) == c.count == want[key][-1]
+    assert max(c.count for c in got["byte ranges"].values()) == 3
+
+
+def test_a_reference_prompt_that_leaves_the_sample_keeps_no_sums(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows measured as they come and then pushed out of the unit's reference sample by
+    smaller keys are not summed: the pool's entries outside the sample carry no sums."""
+    from distprompt.read import scan as scan_module
+    from distprompt.read.scan import scan
+
+    from factories import synthetic_corpus
+
+    root = synthetic_corpus(tmp_path / "d", {"s": 200})
+    monkeypatch.setattr(scan_module, "PENDING_TOKENS", 0)
+    monkeypatch.setattr(scan_module, "ref_size", lambda unit: 10)
+    part = scan(discover_shards(root), max_candidates=100, schedule=Schedule(workers=1))
+    cands = part.pools["s"].candidates()
+    assert all(c.reply_sum is not None for c in cands[:10])
+    assert all(c.reply_sum is None for c in cands[10:])

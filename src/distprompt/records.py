@@ -173,6 +173,11 @@ class Candidate:
     n_first_response: int = -1  # length of the first assistant span when response_ids is not
     # reply_features(prompt, first response): uint16 shares, REPLY_FEATURES in order
     reply: np.ndarray | None = None
+    # over the prompt's rows whose replies the pass measured (a prompt of the reference sample
+    # answered several times: each row its own reply), int64: the sums of first-reply length x
+    # reply, REPLY_FEATURES in order, then of the first-reply lengths, then the rows; None:
+    # none measured (or only ``reply``'s row, read back at selection)
+    reply_sum: np.ndarray | None = None
 
     @property
     def n_prompt_tokens(self) -> int:

@@ -22,7 +22,8 @@ applied per source:
    ending at them occurred earlier in the prompt or the reply, tokens a copy predictor gets
    right, n-gram drafters' verify steps and drafted tokens:
    :func:`distprompt.replies.reply_features`; the pipeline picks which) equal their
-   estimate from the pool's reference sample, as closely as the bounds allow
+   estimate from the pool's reference sample (a prompt answered several times with all its
+   rows' replies), as closely as the bounds allow
    while the exact totals hold. What calibration cannot reach within the bounds is the
    residual, reported.
 

@@ -32,7 +32,7 @@ from distprompt.choose.vectorize import (
 from distprompt.config import Config
 from distprompt.errors import ConfigError
 from distprompt.read.scan import REPLY_SAMPLE, Partial, measure_reference
-from distprompt.records import REPLY_FEATURES, Candidate, Shard, SourceStats
+from distprompt.records import REPLY_FEATURES, REPLY_SCALE, Candidate, Shard, SourceStats
 from distprompt.write.metrics import SourceEvidence, measure_source
 
 __all__ = ["Chosen", "early_quotas", "heavy_candidates", "quotas_of", "select_source"]
@@ -250,7 +250,9 @@ def _picks_in_strata(
 
 def _in_ref(c: Candidate, ref_keys: set[int]) -> Candidate:
     """``c``, without reply features unless it is in the reference sample."""
-    return c if c.reply is None or c.key in ref_keys else dataclasses.replace(c, reply=None)
+    if c.reply is None or c.key in ref_keys:
+        return c
+    return dataclasses.replace(c, reply=None, reply_sum=None)
 
 
 def _shares(w: Sequence[float]) -> list[float]:
@@ -317,12 +319,11 @@ def _calibrated(
     n = len(idx)
     if n >= 8 and has_reply.any():
         shares = np.array([c.reply_shares() for c in rest])
-        ref = has_reply
+        ref = np.flatnonzero(has_reply)
         # weighted by reply tokens: their corpus totals estimated from the measured candidates
-        # (a uniform sample of the pool)
-        per_token = (
-            (mass[ref] * first[ref]) @ shares[ref] / max(1e-9, float(mass[ref] @ first[ref]))
-        )
+        # (a uniform sample of the pool's prompts), each prompt by its rows' replies
+        tokens, content = _per_row([rest[i] for i in ref], shares[ref])
+        per_token = (mass[ref] @ content) / max(1e-9, float(mass[ref] @ tokens))
         for j in _CALIBRATED:
             cols.append(first * shares[:, j])
             targets.append(per_token[j] * t_first)
@@ -337,6 +338,29 @@ def _calibrated(
     # benchmarks/RESULTS.md)
     cal = calibrate(design, x, np.asarray(targets, dtype=np.float64), exact=3)
     return cal.weights, cal.residual
+
+
+def _per_row(cands: Sequence[Candidate], shares: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per candidate, the mean first-reply tokens of its prompt's rows and the mean of first-
+    reply tokens x reply shares (:data:`REPLY_FEATURES`): over every row of the prompt when the
+    pass measured each (:attr:`~distprompt.records.Candidate.reply_sum`), else its own row's.
+    A prompt answered several times has as many replies, and its row in the pool (drawn among
+    them) stands for all of them in the design; its reply alone made the reference's estimate
+    of the source's reply content depend on that draw (on data_samples, where most sources
+    repeat some prompts with other replies, the calibrated n-gram drafters' tokens per step
+    were 0.2-0.4 % off on three sources for it: benchmarks/RESULTS.md, issue 26's tenth round).
+    A prompt whose rows were not all measured (a byte range of the pass left it out of its
+    sample, which its binomial margin makes rare) keeps its own row's, so the estimate does
+    not mix rows of different units."""
+    first = np.array([c.first_response_length for c in cands], dtype=np.float64)
+    tokens, content = first, first[:, None] * shares
+    width = len(REPLY_FEATURES)
+    for i, c in enumerate(cands):
+        t = c.reply_sum
+        if t is not None and int(t[-1]) == c.count and c.count > 1:
+            tokens[i] = t[width] / t[-1]
+            content[i] = t[:width] / (REPLY_SCALE * float(t[-1]))
+    return tokens, content
 
 
 def heavy_candidates(part: Partial, source: str) -> list[Candidate]:

@@ -65,6 +65,10 @@ class Partial:
         default_factory=dict
     )
     pending_tokens: int = 0
+    # per source and key of ``ref``, the sums of the replies measured of its rows
+    # (:attr:`~distprompt.records.Candidate.reply_sum`); not merged (added to the pool's
+    # entries when the unit ends)
+    reply_sums: dict[str, dict[int, np.ndarray]] = field(default_factory=dict)
     # whether selection will need the longest replies and the reply sample (not ``inspect``)
     replies: bool = True
     # the shards of the pass, by name (the whole pass's partial only): selection reads back

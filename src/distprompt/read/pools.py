@@ -120,9 +120,10 @@ class BottomK:
         old = self._entries.get(cand.key)
         if old is not None:
             keep = cand if _row_order(cand) < _row_order(old) else old
-            self._entries[cand.key] = _rebuilt(
-                keep, keep.provenance, old.count + cand.count, keep.window
-            )
+            kept = _rebuilt(keep, keep.provenance, old.count + cand.count, keep.window)
+            if old.reply_sum is not None or cand.reply_sum is not None:
+                kept = _with_reply(kept, kept.reply, _summed(old.reply_sum, cand.reply_sum))
+            self._entries[cand.key] = kept
             return
         if len(self._entries) < self.k:
             self._entries[cand.key] = cand
@@ -147,7 +148,17 @@ class BottomK:
 
     def set_reply(self, key: int, reply: np.ndarray) -> None:
         """Give the entry of ``key`` its reply features (:func:`reply_features`)."""
-        self._entries[key] = _with_reply(self._entries[key], reply)
+        c = self._entries[key]
+        self._entries[key] = _with_reply(c, reply, c.reply_sum)
+
+    def add_reply_sum(self, key: int, total: np.ndarray) -> None:
+        """Add ``total`` (:attr:`Candidate.reply_sum`'s layout: measured rows of the prompt)
+        to the entry of ``key``, when it is kept."""
+        if self._frozen is not None:
+            self._thaw()
+        c = self._entries.get(key)
+        if c is not None:
+            self._entries[key] = _with_reply(c, c.reply, _summed(c.reply_sum, total))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled by column (a pass worker sends its pools to the main process): one object per
@@ -238,17 +249,24 @@ def _rebuilt(
     faster than ``dataclasses.replace``; once a candidate merged, rebased or written)."""
     return Candidate(
         c.key, c.source, c.prompt_ids, c.prompt_mask, c.response_ids, c.n_response_tokens,
-        provenance, count, window, c.n_prompt, c.n_first_response, c.reply,
+        provenance, count, window, c.n_prompt, c.n_first_response, c.reply, c.reply_sum,
     )  # fmt: skip
 
 
-def _with_reply(c: Candidate, reply: np.ndarray) -> Candidate:
-    """``c`` with its reply features, by the constructor (as :func:`_rebuilt`: once a measured
-    row of the pass)."""
+def _with_reply(c: Candidate, reply: np.ndarray | None, total: np.ndarray | None) -> Candidate:
+    """``c`` with its reply features and their sum over the prompt's measured rows, by the
+    constructor (as :func:`_rebuilt`: once a measured row of the pass)."""
     return Candidate(
         c.key, c.source, c.prompt_ids, c.prompt_mask, c.response_ids, c.n_response_tokens,
-        c.provenance, c.count, c.window, c.n_prompt, c.n_first_response, reply,
+        c.provenance, c.count, c.window, c.n_prompt, c.n_first_response, reply, total,
     )  # fmt: skip
+
+
+def _summed(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+    """Two :attr:`Candidate.reply_sum` added (integers: the same in any order)."""
+    if a is None or b is None:
+        return b if a is None else a
+    return a + b
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -267,6 +285,8 @@ class _Frozen:
     store: WindowStore
     replies: np.ndarray  # uint16 (n, len(REPLY_FEATURES)); rows of entries without: all 65535
     replied: np.ndarray  # bool: the entry has reply features
+    sums: np.ndarray  # int64 (n, len(REPLY_FEATURES) + 2): reply_sum; entries without: zeros
+    summed: np.ndarray  # bool: the entry has a reply_sum
 
     @staticmethod
     def of(cands: list[Candidate]) -> _Frozen | None:
@@ -303,6 +323,10 @@ class _Frozen:
                 [_NO_REPLY if c.reply is None else c.reply for c in cands], dtype=np.uint16
             ).reshape(len(cands), len(REPLY_FEATURES)),
             replied=np.fromiter((c.reply is not None for c in cands), bool, len(cands)),
+            sums=np.array(
+                [_NO_SUM if c.reply_sum is None else c.reply_sum for c in cands], dtype=np.int64
+            ).reshape(len(cands), _SUM_WIDTH),
+            summed=np.fromiter((c.reply_sum is not None for c in cands), bool, len(cands)),
         )
 
     def candidates(self, n: int | None = None) -> list[Candidate]:
@@ -326,6 +350,10 @@ class _Frozen:
             r if has else None
             for r, has in zip(self.replies[cut], self.replied[cut].tolist(), strict=True)
         ]
+        sums = [
+            t if has else None
+            for t, has in zip(self.sums[cut], self.summed[cut].tolist(), strict=True)
+        ]
         return list(
             _candidates_of(
                 keys,
@@ -337,6 +365,7 @@ class _Frozen:
                 held,
                 windows,
                 replies,
+                sums,
             )
         )
 
@@ -351,13 +380,14 @@ def _candidates_of(
     responses: list[Any],
     windows: list[Any],
     replies: list[Any],
+    sums: list[Any],
 ) -> Iterator[Candidate]:
     """Candidates from their fields, one sequence a field (``nums`` as :func:`_columns`)."""
-    for key, (n_resp, count, n_prompt, n_first, line, off), src, shard, p, m, r, w, f in zip(
-        keys, nums, sources, shards, ids, masks, responses, windows, replies, strict=True
+    for key, (n_resp, count, n_prompt, n_first, line, off), src, shard, p, m, r, w, f, t in zip(
+        keys, nums, sources, shards, ids, masks, responses, windows, replies, sums, strict=True
     ):
         prov = Provenance(shard, line, off)
-        yield Candidate(key, src, p, m, r, n_resp, prov, count, w, n_prompt, n_first, f)
+        yield Candidate(key, src, p, m, r, n_resp, prov, count, w, n_prompt, n_first, f, t)
 
 
 def _codes(values: list[Any]) -> tuple[list[Any], np.ndarray]:
@@ -367,10 +397,12 @@ def _codes(values: list[Any]) -> tuple[list[Any], np.ndarray]:
     return list(index), codes
 
 
-_ARRAYS = ("prompt_ids", "prompt_mask", "response_ids", "window", "reply")
+_ARRAYS = ("prompt_ids", "prompt_mask", "response_ids", "window", "reply", "reply_sum")
 
 
 _NO_REPLY = np.full(len(REPLY_FEATURES), 65535, dtype=np.uint16)
+_SUM_WIDTH = len(REPLY_FEATURES) + 2
+_NO_SUM = np.zeros(_SUM_WIDTH, dtype=np.int64)
 
 
 def _columns(cands: list[Candidate], *, windows: bool = True) -> tuple[Any, ...]:
@@ -429,12 +461,14 @@ def _unpickle_bottomk(
     arrays: list[Any],
     same: list[bool],
 ) -> BottomK:
-    ids, mask, resp, win, replies = (_uncolumn(c) for c in arrays)
+    ids, mask, resp, win, replies, sums = (_uncolumn(c) for c in arrays)
     windows = [p if sm else w for p, w, sm in zip(ids, win, same, strict=True)]
     out = BottomK(k)
     out.saturated = saturated
     out.sample = sample
-    cands = _candidates_of(keys.tolist(), nums.tolist(), *strs, ids, mask, resp, windows, replies)
+    cands = _candidates_of(
+        keys.tolist(), nums.tolist(), *strs, ids, mask, resp, windows, replies, sums
+    )
     entries = out._entries = {c.key: c for c in cands}
     out._heap = [-key for key in entries]
     heapq.heapify(out._heap)
@@ -503,7 +537,7 @@ class TopReplies:
         """Give the kept row of ``key`` its reply features (:func:`reply_features`)."""
         e = self._entries
         i = next(i for i, t in enumerate(e) if t[2].key == key)
-        e[i] = (e[i][0], e[i][1], _with_reply(e[i][2], reply))
+        e[i] = (e[i][0], e[i][1], _with_reply(e[i][2], reply, e[i][2].reply_sum))
 
     def merge(self, other: TopReplies) -> TopReplies:
         for _, _, c in other._entries:

@@ -257,6 +257,7 @@ def _add_row(part: Partial, row: RowView, *, seed: int, hold: bool = True) -> No
         and not _defer(part, source, key, prompt, reply_ids, row.provenance)
     ):
         reply = reply_features(prompt, reply_ids)
+        _add_to_sum(part, source, key, reply, n_first)
     cand = Candidate(
         key=key,
         source=row.source,
@@ -382,9 +383,22 @@ def _defer(
     return True
 
 
+def _add_to_sum(part: Partial, source: str, key: int, reply: np.ndarray, n_first: int) -> None:
+    """Count a measured row of a reference prompt into the unit's sums
+    (:attr:`~distprompt.records.Candidate.reply_sum`'s layout)."""
+    sums = part.reply_sums.setdefault(source, {})
+    row = np.empty(len(reply) + 2, dtype=np.int64)
+    np.multiply(reply, n_first, out=row[:-2], dtype=np.int64)
+    row[-2], row[-1] = n_first, 1
+    got = sums.get(key)
+    sums[key] = row if got is None else got + row
+
+
 def _settle_pending(part: Partial) -> None:
-    """Measure the replies still waiting (``Partial.pending``) of the rows the pool and the
-    longest-reply tracker keep into their entries, each row once."""
+    """Measure the replies still waiting (``Partial.pending``): every row of a prompt still in
+    the unit's reference sample, each once, into the unit's sums of its prompt's replies, and
+    those of the rows the pool and the longest-reply tracker keep into their entries too. Then
+    the sums of the prompts still in the sample go to their pool entries."""
     for source, waiting in part.pending.items():
         pool = part.pools.get(source)
         if pool is None:
@@ -394,17 +408,27 @@ def _settle_pending(part: Partial) -> None:
         for key, (_, replies) in waiting.items():
             in_pool = pool.unmeasured(key)
             in_top = top.unmeasured(key) if top is not None else None
-            for row in {r for r in (in_pool, in_top) if r is not None and r in replies}:
+            for row in replies:
                 todo.append((key, row, row == in_pool, row == in_top))
         measured = reply_features_many([(waiting[k][0], waiting[k][1][r]) for k, r, _, _ in todo])
-        for (key, _, for_pool, for_top), features in zip(todo, measured, strict=True):
+        for (key, row, for_pool, for_top), features in zip(todo, measured, strict=True):
+            _add_to_sum(part, source, key, features, waiting[key][1][row].shape[0])
             if for_pool:
                 pool.set_reply(key, features)
             if for_top:
                 assert top is not None
                 top.set_reply(key, features)
+    for source, sums in part.reply_sums.items():
+        pool = part.pools.get(source)
+        ref = part.ref.get(source)
+        if pool is None or ref is None:
+            continue
+        for key, total in sums.items():
+            if key in ref[1]:  # measured as it came, then left the sample: not counted
+                pool.add_reply_sum(key, total)
     part.pending = {}
     part.pending_tokens = 0
+    part.reply_sums = {}
 
 
 def _flag(part: Partial, row: Row | RowView, reason: str) -> None:
