@@ -48,17 +48,17 @@ VERSIONS = {
     "tokenizers": ("0.23.3",),
     "transformers": ("5.24.0", "5.25.0"),
 }
-FULL_PROMPT_SUITE = "aff8728e90684a58303f95ffbebe60f7ceec3e05c098b5753ca3b9562e6ef6dd"
-FULL_PROMPT_REPORT = "944a1baef087e9b1a21083c2c27315a1b70535f8b2d98c4b8df8117f6bb9ce40"
-SUITE = "f7b43b38599068d227b881490cd3005f6f3b419310f7025dd1293428e6f93322"
-MANIFEST = "ca7f59ff68eb3f3a0518dd378b3346e65e3a26648bda1bf74c849abafe39238c"
+FULL_PROMPT_SUITE = "add0e2ccfb76ab878687be80363447d5dcb24d5b50d73a2ca8b9507bf97bab3c"
+FULL_PROMPT_REPORT = "9772420994686972e9c1df26973549b04b63fd1f52dab1a296d1193aa2083bbc"
+SUITE = "ec2264c73ef0ec931ba8498a10efbe05427e9cc279e8b5707c6e53f9edf2b197"
+MANIFEST = "267abe4487df6dccd1e962c12733ea769f00c9b56aaaa326bfc010502c3876d1"
 # suite.parquet (issue 30: the same items as suite.jsonl, typed columns; not in the manifest's
 # "files", as suite.jsonl is not, so no other pin moved): its bytes hold for this pyarrow
-PARQUET = "a10db2e0cf80830773e850935878257149e67e80f974273684cb3cdb766574f9"
+PARQUET = "89fa811185d84b790c1a68f40d2baff0800f3f9398e10b19ce1a9c2f920c882a"
 PARQUET_PYARROW = "26.0.1"
 # the manifest records each source's sampling design as selected, so whole-prompt features
 # (another selection) have their own
-FULL_PROMPT_MANIFEST = "40af891b2fb48e0f1fbc7e4c448e683814cbfb229175fc13122bcd7c7ddef354"
+FULL_PROMPT_MANIFEST = "91233490788d0d49e8f70f455c6a68e0b76152fbb3420ee1c465a92762f9736c"
 
 
 def _versions() -> dict[str, str]:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from distprompt import replies
 from distprompt.evaluate.drafters import DEFAULT_DRAFTERS, Drafter, simulate_many
 from distprompt.records import REPLY_FEATURES
-from distprompt.replies import REPLY_DRAFTERS, reply_features
+from distprompt.replies import REPLY_DRAFTERS, SUFFIX_LIKE_K, reply_features
 
 
 def _seen(ctx: list[int], start: int, n: int) -> float:
@@ -59,7 +59,36 @@ def _plain(prompt: list[int], reply: list[int], tail: int = 32768) -> list[float
         d = Drafter("ngram", k, prompt_lookup_min=lo, prompt_lookup_max=hi)
         c = simulate_many(prompt[-tail:], reply, [d])[d.name]
         out += [c.steps / len(reply), c.drafted / k / len(reply)]
-    return out
+    steps, drafted = _suffix_like(prompt[-tail:], reply)
+    return out + [steps / len(reply), drafted / SUFFIX_LIKE_K / len(reply)]
+
+
+def _suffix_like(prompt: list[int], reply: list[int]) -> tuple[int, int]:
+    """The suffix-decoding-like drafter's verify steps and drafted tokens, by its definition:
+    after the prefill's token, at each step the longest suffix of the context of at most 5
+    tokens that occurred earlier, its latest earlier occurrence, and the tokens after it (as
+    many as the match is long, 8 for a match of 5; fewer when the context ends first)."""
+    ctx = prompt + reply
+    n_prompt, n = len(prompt), len(reply)
+    steps = drafted = 0
+    done = 1
+    while done < n:
+        t = n_prompt + done
+        a = 0
+        for m in range(5, 0, -1):
+            if t - m < 0:
+                continue
+            ends = [e for e in range(m - 1, t - 1) if ctx[e - m + 1 : e + 1] == ctx[t - m : t]]
+            if ends:
+                start = ends[-1] + 1
+                limit = min(SUFFIX_LIKE_K if m == 5 else m, t - start)
+                drafted += limit
+                while a < limit and done + a < n and ctx[start + a] == ctx[t + a]:
+                    a += 1
+                break
+        steps += 1
+        done += min(a + 1, n - done)
+    return steps, drafted
 
 
 ids = st.lists(st.integers(0, 6), max_size=40)

@@ -139,6 +139,8 @@ REPLY_FEATURES = (
     "ngram[1-3]k4_drafted",
     "ngram[2-5]k4_steps",
     "ngram[2-5]k4_drafted",
+    "suffixlike_k8_steps",
+    "suffixlike_k8_drafted",
 )
 #: Reply features are kept as uint16 shares of this (2 bytes a feature and candidate; all
 #: 65535 marks a candidate not measured).

@@ -17,6 +17,7 @@ __all__ = [
     "LOOKUP_ORDER",
     "REPLY_DRAFTERS",
     "REPLY_PROMPT_TOKENS",
+    "SUFFIX_LIKE_K",
     "reply_features",
     "reply_features_many",
 ]
@@ -30,9 +31,11 @@ LOOKUP_ORDER = 3
 #: prompt_lookup_max, num_speculative_tokens)``: the two ngram settings of
 #: :data:`distprompt.evaluate.drafters.DEFAULT_DRAFTERS` (a test keeps them the same).
 REPLY_DRAFTERS = ((1, 3, 4), (2, 5, 4))
+#: The tokens :func:`reply_features`' suffix-decoding-like drafter proposes at most.
+SUFFIX_LIKE_K = 8
 _GRAM_ORDERS = np.arange(1, 6)  # the gram orders reply_features hashes (up to REPLY_DRAFTERS')
 _DRAFT_K = np.array([d[2] for d in REPLY_DRAFTERS])
-_DRAFT_SLOTS = np.arange(int(_DRAFT_K.max()))
+_SUFFIX_SLOTS = np.arange(SUFFIX_LIKE_K)
 _M = tuple(np.uint64(m) for m in (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9))
 _M_UNIGRAM = np.uint64(0xD6E8FEB86659FD93)
 _BIGRAM_OFFSET = np.uint64(0x14057B7EF767814F)  # keeps bigram hashes off the others
@@ -122,9 +125,37 @@ def _occurrences_among(grams: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray,
     return prev, first
 
 
+def _accepted(
+    x: np.ndarray, start: np.ndarray, proposed: np.ndarray, total: np.ndarray, ends: np.ndarray,
+    slots: np.ndarray,
+) -> np.ndarray:
+    """Per drafter (rows) and position: how many of the ``proposed`` tokens from ``start`` equal
+    the reply's from ``total`` (the leading ones, within the reply). Slot by slot among the
+    proposals still right: most fail at their first token."""
+    rows, n = proposed.shape
+    room = np.minimum(proposed, ends - total)  # slots within the reply
+    at = np.flatnonzero(room > 0)
+    src = start.reshape(-1)[at]
+    dst = np.tile(total, rows)[at]
+    room = room.reshape(-1)[at]
+    acc = np.zeros(rows * n, dtype=np.intp)
+    # a slot past a proposal's room is compared too (then dropped): x padded for it
+    x = np.concatenate((x, np.zeros(slots.shape[0], dtype=x.dtype)))
+    for j in range(slots.shape[0]):
+        same = x[src + j] == x[dst + j]
+        if j:
+            same &= room > j
+        at, src, dst, room = at[same], src[same], dst[same], room[same]
+        if not at.shape[0]:
+            break
+        acc[at] += 1
+    return acc.reshape(rows, n)
+
+
 def _ngram_counts(
     x: np.ndarray,
     first: np.ndarray,
+    prev: np.ndarray,
     lo: np.ndarray,
     decoded: np.ndarray,
     ends: np.ndarray,
@@ -148,33 +179,40 @@ def _ngram_counts(
     The proposal at a position depends on the position alone (the context is the recorded
     reply), so every position's is found at once; the steps are the walk of jumps ``t -> t +
     accepted(t) + 1``, summed by pointer doubling (log n passes, every reply's walk and each
-    drafter's side by side). Returns ``(replies, drafters, 2)``: steps, drafted tokens."""
+    drafter's side by side). The last drafter is the suffix-decoding-like one of
+    :func:`reply_features` (``prev``: the last earlier occurrences of the grams). Returns
+    ``(replies, drafters, 2)``: steps, drafted tokens."""
     total = decoded  # the context's length before each decoded token
     n_slots = int(heads[-1])
-    n_drafters = len(REPLY_DRAFTERS)
+    n_drafters = len(REPLY_DRAFTERS) + 1
     # per gram order o (rows): where the earliest occurrence of the o-gram ending at
     # total - 1 ends, plus one, when it ends earlier (-1: none; the batch's first o - 1
     # tokens end no o-gram; a first occurrence in another order's block is a hash
     # collision: none either)
     o = _GRAM_ORDERS[:, None]
-    f = first[lo[:, None] + np.maximum(total - o, 0)] - lo[:, None]
+    at = lo[:, None] + np.maximum(total - o, 0)  # the o-gram ending at total - 1
+    f = first[at] - lo[:, None]
     f = np.where((f >= 0) & (total >= o) & (f + o < total), f + o, -1)
     # the proposal's start per drafter (rows): its longest order with a match
-    start = np.full((n_drafters, total.shape[0]), -1, dtype=np.intp)
+    start = np.full((n_drafters - 1, total.shape[0]), -1, dtype=np.intp)
     for i, (lo_n, hi_n, _) in enumerate(REPLY_DRAFTERS):
         for g in range(lo_n - 1, hi_n):
             np.copyto(start[i], f[g], where=f[g] >= 0)
     proposed = np.where(start >= 0, np.minimum(_DRAFT_K[:, None], total - start), 0)
-    j = _DRAFT_SLOTS
-    dst = total[:, None] + j
-    ok = (j < proposed[:, :, None]) & (dst < ends[:, None])
-    # right[..., -1] is False: the first wrong slot is the count of leading right ones
-    right = np.zeros((*ok.shape[:2], j.shape[0] + 1), dtype=bool)
-    np.equal(
-        x[np.where(ok, start[:, :, None] + j, 0)], x[np.where(ok, dst, 0)], out=right[..., :-1]
-    )
-    right[..., :-1] &= ok
-    accepted = np.argmin(right, axis=2)
+    # the suffix-like drafter: the longest match (orders 1 to 5) at its latest occurrence, as
+    # many tokens as it is long (spec factor 1), SUFFIX_LIKE_K when five or more match
+    p = prev[at] - lo[:, None]
+    p = np.where((p >= 0) & (total >= o), p + o, -1)
+    s_start = np.full(total.shape[0], -1, dtype=np.intp)
+    s_limit = np.zeros(total.shape[0], dtype=np.intp)
+    for g in range(_GRAM_ORDERS.shape[0]):
+        hit = p[g] >= 0
+        np.copyto(s_start, p[g], where=hit)
+        s_limit[hit] = SUFFIX_LIKE_K if g == _GRAM_ORDERS.shape[0] - 1 else g + 1
+    s_proposed = np.where(s_start >= 0, np.minimum(s_limit, total - s_start), 0)
+    start = np.concatenate((start, s_start[None]))
+    proposed = np.concatenate((proposed, s_proposed[None]))
+    accepted = _accepted(x, start, proposed, total, ends, _SUFFIX_SLOTS)
     # the walk: a decoded token's slot jumps to the slot of the token after the step (the
     # reply's end slot at most, which stays put and counts nothing); the drafters' walks in
     # blocks of n_slots, side by side. Steps above bit 32, drafted tokens below (at most k a
@@ -221,7 +259,16 @@ def reply_features(prompt_ids: np.ndarray, reply_ids: np.ndarray) -> np.ndarray:
       n-gram settings of :data:`REPLY_DRAFTERS`, over the reply's tokens: exactly what
       :func:`distprompt.evaluate.drafters.simulate` counts on this context (the numerator and
       denominator of those drafters' acceptance, which the shares above only approximate:
-      benchmarks/RESULTS.md, issue 26's eighth round).
+      benchmarks/RESULTS.md, issue 26's eighth round);
+    * ``suffixlike_k8_steps`` / ``suffixlike_k8_drafted``: the same for a drafter shaped like
+      suffix decoding (``suffix-k8`` of :data:`~distprompt.evaluate.drafters.DEFAULT_DRAFTERS`,
+      whose counting of continuations costs too much for the pass): the longest match of the
+      context's last 1 to 5 tokens at its **latest** earlier occurrence, proposing as many
+      tokens as the match is long (suffix decoding's spec factor 1), :data:`SUFFIX_LIKE_K` for a
+      match of five. Suffix decoding drafts a number of tokens that follows the match length,
+      which the n-gram drafters' counts do not carry: against them alone, these cut the
+      unexplained part of suffix-k8's drafted tokens per row to 0.14-0.86 of its variance on
+      the TUNE corpus forge's sources (benchmarks/RESULTS.md, issue 26's tenth round).
 
     Together they predict a reply's saved verify steps under lookup drafters much better than
     ``seen`` alone on the chat and function-calling sources, where speculation's gains sit in
@@ -232,7 +279,7 @@ def reply_features(prompt_ids: np.ndarray, reply_ids: np.ndarray) -> np.ndarray:
     Example:
         >>> import numpy as np
         >>> reply_features(np.arange(20), np.array([5, 6, 7, 8, 40, 41, 40, 41])).tolist()
-        [32768, 8192, 49151, 32768, 16384, 49151, 16384, 32768, 12288, 40959, 8192]
+        [32768, 8192, 49151, 32768, 16384, 49151, 16384, 32768, 12288, 40959, 8192, 40959, 5120]
     """
     return reply_features_many([(prompt_ids, reply_ids)])[0]
 
@@ -338,9 +385,10 @@ def _measure(pairs: Sequence[tuple[np.ndarray, np.ndarray]], rows: list[int]) ->
     decoded = pos[later]
     heads = np.concatenate([[0], np.cumsum(n)])  # each reply's n - 1 tokens and its end slot
     slots = decoded - k[row[later]] - 1 + heads[row[later]]
-    counts = _ngram_counts(x, first, lo, decoded, (k + n)[row[later]], slots, heads)
+    counts = _ngram_counts(x, first, prev, lo, decoded, (k + n)[row[later]], slots, heads)
     # in REPLY_FEATURES' order; drafted tokens per proposal slot: a share of the reply
-    drafters = (counts / [(1, d[2]) for d in REPLY_DRAFTERS]).reshape(count, -1)
+    per_slot = [(1, d[2]) for d in REPLY_DRAFTERS] + [(1, SUFFIX_LIKE_K)]
+    drafters = (counts / per_slot).reshape(count, -1)
     hits = np.column_stack(
         [seen[1], seen[3], n - repeats, per_row(right), runs, seen[0], seen[2], drafters]
     )
