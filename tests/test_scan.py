@@ -773,3 +773,23 @@ def test_a_reference_prompt_that_leaves_the_sample_keeps_no_sums(
     cands = part.pools["s"].candidates()
     assert all(c.reply_sum is not None for c in cands[:10])
     assert all(c.reply_sum is None for c in cands[10:])
+
+
+def test_a_pool_smaller_than_the_sample_measures_only_what_it_keeps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With fewer candidates than the reference sample holds, the rows that entered the pool and
+    left it again are not measured when the unit ends: only the pool's and the longest-reply
+    tracker's rows are (here 20 and 1)."""
+    from distprompt.read import scan as scan_module
+    from distprompt.read.scan import scan
+
+    from factories import synthetic_corpus
+
+    root = synthetic_corpus(tmp_path / "d", {"s": 600})
+    monkeypatch.setattr(scan_module, "HEAVY", 1)
+    calls = _count_measures(monkeypatch)
+    part = scan(discover_shards(root), max_candidates=20, schedule=Schedule(workers=1))
+    assert len(part.pools["s"]) == 20
+    assert all(c.reply is not None for c in part.pools["s"].candidates())
+    assert len(calls) <= 21

@@ -139,6 +139,12 @@ class BottomK:
         """Record that a unique key was left out without building its entry."""
         self.saturated = True
 
+    def __contains__(self, key: object) -> bool:
+        """Whether an entry of ``key`` is kept."""
+        if self._frozen is not None:
+            self._thaw()
+        return key in self._entries
+
     def unmeasured(self, key: int) -> Provenance | None:
         """The row of the entry of ``key`` when it is kept and has no reply features yet."""
         if self._frozen is not None:

@@ -408,6 +408,8 @@ def _settle_pending(part: Partial) -> None:
         for key, (_, replies) in waiting.items():
             in_pool = pool.unmeasured(key)
             in_top = top.unmeasured(key) if top is not None else None
+            if in_top is None and key not in pool:
+                continue  # left the pool since (a pool smaller than the sample)
             for row in replies:
                 todo.append((key, row, row == in_pool, row == in_top))
         measured = reply_features_many([(waiting[k][0], waiting[k][1][r]) for k, r, _, _ in todo])
