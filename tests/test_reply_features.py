@@ -60,7 +60,7 @@ def _plain(prompt: list[int], reply: list[int], tail: int = 32768) -> list[float
         c = simulate_many(prompt[-tail:], reply, [d])[d.name]
         out += [c.steps / len(reply), c.drafted / k / len(reply)]
     steps, drafted = _suffix_like(prompt[-tail:], reply)
-    return out + [steps / len(reply), drafted / SUFFIX_LIKE_K / len(reply)]
+    return [*out, steps / len(reply), drafted / SUFFIX_LIKE_K / len(reply)]
 
 
 def _suffix_like(prompt: list[int], reply: list[int]) -> tuple[int, int]:

@@ -126,7 +126,11 @@ def _occurrences_among(grams: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray,
 
 
 def _accepted(
-    x: np.ndarray, start: np.ndarray, proposed: np.ndarray, total: np.ndarray, ends: np.ndarray,
+    x: np.ndarray,
+    start: np.ndarray,
+    proposed: np.ndarray,
+    total: np.ndarray,
+    ends: np.ndarray,
     slots: np.ndarray,
 ) -> np.ndarray:
     """Per drafter (rows) and position: how many of the ``proposed`` tokens from ``start`` equal

@@ -333,7 +333,7 @@ def _calibrated(
         ref = np.flatnonzero(has_reply)
         # weighted by reply tokens: their corpus totals estimated from the measured candidates
         # (a uniform sample of the pool's prompts), each prompt by its rows' replies
-        tokens, content = _per_row([rest[i] for i in ref], shares[ref])
+        tokens, content = _per_row([rest[i] for i in ref.tolist()], shares[ref])
         per_token = (mass[ref] @ content) / max(1e-9, float(mass[ref] @ tokens))
         for j in _CALIBRATED:
             cols.append(first * shares[:, j])
